@@ -1,0 +1,577 @@
+"""BM25 indexes over a :class:`~data_prep.readers.Source` corpus, with two engines on the same tokens.
+
+* ``bm25s`` (default, the fast path): a bm25s index (CSC matrix of precomputed per-term scores)
+  built from pre-tokenised documents by a vectorised numpy builder, saved to disk and loaded back
+  with ``mmap=True``; queries are answered in batches by ``bm25s.BM25.retrieve`` (``n_threads``),
+  on bm25s's numpy backend, or its numba backend for large runs (:func:`resolve_backend`).
+* ``rank-bm25`` (the reference): ``rank_bm25.BM25Okapi`` in memory.
+
+Scoring. BM25Okapi scores ``sum_t idf(t) * tf (k1+1) / (tf + k1 (1 - b + b dl/avgdl))`` with
+``idf = log((N - df + 0.5) / (df + 0.5))`` and negative idfs (terms in more than half the documents)
+replaced by ``epsilon * mean(idf)``. In bm25s the term-frequency part of ``method="atire"`` is that
+same expression, but none of its idf functions is Okapi's: ``robertson`` has the same formula but
+clips negative values to 0 (no epsilon floor), ``lucene`` adds 1 inside the log, ``atire`` is
+``log(N/df)``. bm25s stores ``idf * tf-part`` per (term, document), so we build the ``atire``
+term-frequency part and multiply each term's column by Okapi's idf *with* the epsilon floor. The
+stored scores then equal BM25Okapi's; what remains is float32 storage and summation (bm25s) against
+float64 (rank-bm25), which can swap documents whose scores differ by ~1e-7 relative, and the
+order among exactly tied scores. See ``tests/test_bm25.py`` and ``docs/benchmarks.md``.
+
+Corpus store. The index directory keeps the corpus beside the index (``corpus.jsonl`` plus
+``offsets.npy``) for random access by row, so mining never holds all texts in memory, and records
+a streaming sha256 of the corpus (ids, titles, texts) in ``index.json``. :func:`open_index` reuses
+a directory built before and refuses one whose corpus hash, tokenizer or BM25 parameters differ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from array import array
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .io import write_json
+from .records import Passage
+from .tokenization import Tokenizer, TokenizerConfig
+
+logger = logging.getLogger(__name__)
+
+ENGINES = ("bm25s", "rank-bm25")
+INDEX_FORMAT = 1
+INDEX_INFO = "index.json"
+CORPUS_FILE = "corpus.jsonl"
+OFFSETS_FILE = "offsets.npy"
+BM25S_DIR = "bm25s"
+
+
+@dataclass(frozen=True)
+class BM25Params:
+    """BM25Okapi parameters (rank-bm25's defaults)."""
+
+    k1: float = 1.5
+    b: float = 0.75
+    epsilon: float = 0.25  # floor for negative idf: epsilon * mean idf
+
+    def __post_init__(self) -> None:
+        if self.k1 < 0 or not 0.0 <= self.b <= 1.0 or self.epsilon < 0:
+            raise ValueError(f"invalid BM25 parameters: k1={self.k1} (>= 0), b={self.b} (0..1), epsilon={self.epsilon} (>= 0)")
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------
+# Corpus store: JSONL + row offsets, sha256 of ids/titles/texts
+# --------------------------------------------------------------------------------------------
+
+
+class CorpusHasher:
+    """Streaming sha256 over (id, title, text) of each passage, length-prefixed (unambiguous)."""
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256()
+        self.count = 0
+
+    def update(self, p: Passage) -> None:
+        for field in (p.id, p.title or "", p.text):
+            b = field.encode("utf-8")
+            self._h.update(len(b).to_bytes(8, "little"))
+            self._h.update(b)
+        self.count += 1
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
+
+
+def corpus_sha256(passages: Iterable[Passage]) -> tuple[str, int]:
+    """The corpus hash and size of a passage stream (what :func:`open_index` compares)."""
+    h = CorpusHasher()
+    for p in passages:
+        h.update(p)
+    return h.hexdigest(), h.count
+
+
+class CorpusWriter:
+    """Appends passages to ``dir/corpus.jsonl`` and records byte offsets and the corpus hash."""
+
+    def __init__(self, directory: Path):
+        self.dir = Path(directory)
+        self._f = open(self.dir / CORPUS_FILE, "wb")
+        self._offsets = array("q", [0])
+        self.hasher = CorpusHasher()
+
+    def add(self, p: Passage) -> int:
+        line = (json.dumps(p.to_dict(), ensure_ascii=False) + "\n").encode("utf-8")
+        self._f.write(line)
+        self._offsets.append(self._offsets[-1] + len(line))
+        self.hasher.update(p)
+        return len(self._offsets) - 2
+
+    def close(self) -> None:
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        self._f.close()
+        np.save(self.dir / OFFSETS_FILE, np.frombuffer(self._offsets, dtype=np.int64))
+
+
+class CorpusStore:
+    """Random access to the stored corpus by row (``pread`` at recorded offsets; thread safe)."""
+
+    def __init__(self, directory: str | os.PathLike):
+        self.dir = Path(directory)
+        self.offsets = np.load(self.dir / OFFSETS_FILE, mmap_mode="r")
+        self._fd = os.open(self.dir / CORPUS_FILE, os.O_RDONLY)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, row: int) -> Passage:
+        start, end = int(self.offsets[row]), int(self.offsets[row + 1])
+        return Passage.from_dict(json.loads(os.pread(self._fd, end - start, start)))
+
+    def get_many(self, rows: Iterable[int]) -> list[Passage]:
+        return [self[int(r)] for r in rows]
+
+    def __iter__(self) -> Iterator[Passage]:
+        with open(self.dir / CORPUS_FILE, "rb") as f:
+            for line in f:
+                yield Passage.from_dict(json.loads(line))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self._fd)
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        self.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Scoring helpers
+# --------------------------------------------------------------------------------------------
+
+
+def okapi_idf(df: np.ndarray, n_docs: int, epsilon: float) -> np.ndarray:
+    """rank-bm25's BM25Okapi idf for document frequencies ``df`` (float64).
+
+    ``log(N - df + 0.5) - log(df + 0.5)``; negative values become ``epsilon * mean(idf)``, the mean
+    taken over every term of the vocabulary (negatives included), as BM25Okapi does.
+    """
+    df = np.asarray(df, dtype=np.float64)
+    idf = np.log(n_docs - df + 0.5) - np.log(df + 0.5)
+    if idf.size:
+        idf = np.where(idf < 0, epsilon * idf.mean(), idf)
+    return idf
+
+
+def build_csc(
+    flat_ids: np.ndarray,
+    doc_lens: np.ndarray,
+    n_vocab: int,
+    params: BM25Params,
+    chunk_docs: int = 200_000,
+    show_progress: bool = False,
+) -> dict[str, Any]:
+    """The bm25s score matrix for documents given as concatenated token ids.
+
+    Returns ``{"data", "indices", "indptr", "num_docs"}`` in bm25s's layout: column ``t`` of the
+    (documents x vocabulary) CSC matrix holds ``okapi_idf(t) * tf (k1+1) / (tf + k1 (1-b+b dl/avgdl))``
+    for the documents containing ``t``. Works in chunks of ``chunk_docs`` documents so the
+    (document, term) pairs never need more than a few bytes per token.
+    """
+    n_docs = len(doc_lens)
+    doc_lens = np.asarray(doc_lens, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(doc_lens)])
+    avgdl = float(doc_lens.mean()) if n_docs else 0.0
+    docs_parts, toks_parts, tfs_parts = [], [], []
+    chunks = range(0, n_docs, chunk_docs)
+    for c0 in tqdm(chunks, desc="BM25 term counts", disable=not show_progress, leave=False):
+        c1 = min(c0 + chunk_docs, n_docs)
+        ids = np.asarray(flat_ids[starts[c0] : starts[c1]], dtype=np.int64)
+        doc = np.repeat(np.arange(c0, c1, dtype=np.int64), doc_lens[c0:c1])
+        keys, tf = np.unique(doc * n_vocab + ids, return_counts=True)  # sorted by (doc, term)
+        docs_parts.append((keys // n_vocab).astype(np.int32))
+        toks_parts.append((keys % n_vocab).astype(np.int32))
+        tfs_parts.append(tf.astype(np.float32))
+    docs = np.concatenate(docs_parts) if docs_parts else np.zeros(0, np.int32)
+    toks = np.concatenate(toks_parts) if toks_parts else np.zeros(0, np.int32)
+    tf = np.concatenate(tfs_parts) if tfs_parts else np.zeros(0, np.float32)
+    del docs_parts, toks_parts, tfs_parts
+
+    df = np.bincount(toks, minlength=n_vocab)
+    idf = okapi_idf(df, n_docs, params.epsilon)
+    norm = params.k1 * (1.0 - params.b + params.b * doc_lens / avgdl) if n_docs else np.zeros(0)
+    scores = (idf[toks] * (tf * (params.k1 + 1.0)) / (tf + norm[docs])).astype(np.float32)
+    del tf
+    order = np.argsort(toks, kind="stable")  # by term, documents ascending within a term
+    data = scores[order]
+    del scores
+    indices = docs[order]
+    indptr = np.zeros(n_vocab + 1, dtype=np.int64)
+    np.cumsum(df, out=indptr[1:])
+    return {"data": data, "indices": indices, "indptr": indptr, "num_docs": n_docs}
+
+
+#: bm25s retrieval backends; "auto" picks numba for workloads where its compile time pays off.
+BACKENDS = ("auto", "numpy", "numba")
+#: queries x documents above which "auto" picks numba (numpy scores ~2e7 query-documents/s here).
+NUMBA_MIN_WORK = 1e9
+
+
+def resolve_backend(requested: str, n_queries: int, n_docs: int) -> str:
+    """The bm25s backend for a run: ``auto`` -> numba when installed and ``n_queries * n_docs``
+    is at least :data:`NUMBA_MIN_WORK`, else numpy."""
+    if requested not in BACKENDS:
+        raise ValueError(f"bm25s backend must be one of {', '.join(BACKENDS)}, got {requested!r}")
+    if requested != "auto":
+        return requested
+    return "numba" if _numba_available() and n_queries * n_docs >= NUMBA_MIN_WORK else "numpy"
+
+
+def _numba_available() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# Engines
+# --------------------------------------------------------------------------------------------
+
+Hits = list[tuple[np.ndarray, np.ndarray]]  # per query: (rows, scores), best first, scores > 0
+
+
+class Bm25sEngine:
+    """A bm25s index on disk (``<index>/bm25s``), memory-mapped, answering batches of queries."""
+
+    name = "bm25s"
+
+    def __init__(self, retriever: Any):
+        self.retriever = retriever
+        self.vocab: dict[str, int] = retriever.vocab_dict
+        self.n_docs = int(retriever.scores["num_docs"])
+
+    @staticmethod
+    def save(directory: Path, csc: dict[str, Any], vocab: dict[str, int], params: BM25Params) -> None:
+        import bm25s
+
+        # method="atire": its term-frequency part is BM25Okapi's; the idf is Okapi's (see module doc)
+        r = bm25s.BM25(k1=params.k1, b=params.b, method="atire", idf_method="robertson")
+        r.scores = csc
+        r.vocab_dict = vocab
+        r.nonoccurrence_array = None
+        r.save(directory, show_progress=False)
+
+    @classmethod
+    def load(cls, directory: Path, mmap: bool = True, backend: str = "numpy") -> "Bm25sEngine":
+        import bm25s
+
+        retriever = bm25s.BM25.load(directory, mmap=mmap, show_progress=False, backend="numpy")
+        engine = cls(retriever)
+        engine.set_backend(backend)
+        return engine
+
+    def set_backend(self, backend: str) -> None:
+        """``numpy`` (no start-up cost) or ``numba`` (JIT-compiled on first use, ~10-30 s on 2
+        cores, then ~20x faster and multi-threaded)."""
+        if backend not in BACKENDS[1:]:
+            raise ValueError(f"bm25s backend must be one of {', '.join(BACKENDS[1:])}, got {backend!r}")
+        if backend == "numba" and not _numba_available():
+            raise ValueError("the numba backend needs numba (pip install numba)")
+        self.retriever.backend = backend
+        self.backend = backend
+
+    def search(self, queries: Sequence[Sequence[str]], k: int, n_threads: int = 0) -> Hits:
+        ids = [[self.vocab[t] for t in q if t in self.vocab] for q in queries]
+        out: Hits = [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in queries]
+        live = [i for i, q in enumerate(ids) if q]
+        k = min(k, self.n_docs)
+        if not live or k <= 0:
+            return out
+        docs, scores = self.retriever.retrieve(
+            [ids[i] for i in live], k=k, sorted=True, show_progress=False, n_threads=n_threads
+        )
+        for j, i in enumerate(live):
+            keep = scores[j] > 0
+            rows, sc = np.asarray(docs[j][keep], dtype=np.int64), np.asarray(scores[j][keep], dtype=np.float32)
+            order = np.lexsort((rows, -sc))  # canonical order: score descending, then row
+            out[i] = (rows[order], sc[order])
+        return out
+
+
+class RankBM25Engine:
+    """``rank_bm25.BM25Okapi`` in memory: the reference implementation."""
+
+    name = "rank-bm25"
+
+    def __init__(self, corpus_tokens: list[list[str]], params: BM25Params):
+        from rank_bm25 import BM25Okapi
+
+        self.bm25 = BM25Okapi(corpus_tokens, k1=params.k1, b=params.b, epsilon=params.epsilon)
+        self.n_docs = self.bm25.corpus_size
+
+    def scores(self, query: Sequence[str]) -> np.ndarray:
+        return self.bm25.get_scores(list(query))
+
+    def search(self, queries: Sequence[Sequence[str]], k: int, n_threads: int = 0) -> Hits:
+        out: Hits = []
+        for q in queries:
+            s = self.scores(q) if q else np.zeros(self.n_docs)
+            top = np.argsort(-s, kind="stable")[: min(k, self.n_docs)]
+            top = top[s[top] > 0]
+            out.append((top.astype(np.int64), s[top].astype(np.float32)))
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Index directory
+# --------------------------------------------------------------------------------------------
+
+
+class IndexMismatchError(ValueError):
+    """An existing index directory was built from another corpus or with other settings."""
+
+
+class BM25Index:
+    """An index directory: the stored corpus, its tokenizer, and one loaded engine."""
+
+    def __init__(self, directory: Path, info: dict[str, Any], engine: Bm25sEngine | RankBM25Engine):
+        self.dir = Path(directory)
+        self.info = info
+        self.engine = engine
+        self.store = CorpusStore(self.dir)
+        self.tokenizer = Tokenizer(TokenizerConfig.from_dict(info["tokenizer"]))
+
+    @property
+    def corpus_sha256(self) -> str:
+        return self.info["corpus_sha256"]
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def search(self, queries: Sequence[str], k: int, n_threads: int = 0) -> Hits:
+        """Top ``k`` rows and scores for each query text (documents with score 0 left out)."""
+        return self.engine.search([self.tokenizer(q) for q in queries], k, n_threads=n_threads)
+
+
+def _new_vocab() -> defaultdict:
+    """token -> id, a new token getting the next id (``vocab[token]`` inserts; C-speed with map)."""
+    vocab: defaultdict = defaultdict()
+    vocab.default_factory = vocab.__len__
+    return vocab
+
+
+def _build_from_stream(
+    tmp: Path,
+    passages: Iterable[Passage],
+    tokenizer: Tokenizer,
+    keep_tokens: bool,
+    show_progress: bool,
+) -> tuple[dict[str, Any], array, array, dict[str, int], list[list[str]] | None]:
+    """One pass: store each passage, hash it, tokenise it into flat token ids."""
+    writer = CorpusWriter(tmp)
+    vocab = _new_vocab()
+    flat, lens = array("i"), array("q")
+    kept: list[list[str]] | None = [] if keep_tokens else None
+    try:
+        for p in tqdm(passages, desc="Index corpus", unit=" passages", disable=not show_progress):
+            writer.add(p)
+            toks = tokenizer(p.full_text(" "))
+            flat.extend(map(vocab.__getitem__, toks))
+            lens.append(len(toks))
+            if kept is not None:
+                kept.append(toks)
+    finally:
+        writer.close()
+    stats = {"corpus_sha256": writer.hasher.hexdigest(), "n_docs": writer.hasher.count}
+    return stats, flat, lens, dict(vocab), kept
+
+
+def _tokenize_store(store: CorpusStore, tokenizer: Tokenizer, show_progress: bool) -> tuple[array, array, dict[str, int]]:
+    vocab = _new_vocab()
+    flat, lens = array("i"), array("q")
+    for p in tqdm(store, total=len(store), desc="Tokenise stored corpus", disable=not show_progress):
+        toks = tokenizer(p.full_text(" "))
+        flat.extend(map(vocab.__getitem__, toks))
+        lens.append(len(toks))
+    return flat, lens, dict(vocab)
+
+
+def _save_bm25s(directory: Path, flat: array, lens: array, vocab: dict[str, int], params: BM25Params, show_progress: bool) -> float:
+    """Build the bm25s arrays and save them to ``directory/bm25s`` (via a temporary folder)."""
+    t0 = time.perf_counter()
+    csc = build_csc(np.frombuffer(flat, dtype=np.int32), np.frombuffer(lens, dtype=np.int64), len(vocab), params, show_progress=show_progress)
+    tmp = directory / f".{BM25S_DIR}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        Bm25sEngine.save(tmp, csc, vocab, params)
+        shutil.rmtree(directory / BM25S_DIR, ignore_errors=True)  # an unfinished one, if any
+        os.replace(tmp, directory / BM25S_DIR)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return time.perf_counter() - t0
+
+
+def _check_reuse(directory: Path, info: dict[str, Any], tok: TokenizerConfig, params: BM25Params) -> None:
+    if info.get("format") != INDEX_FORMAT:
+        raise IndexMismatchError(f"index {directory}: unknown index format {info.get('format')!r} (expected {INDEX_FORMAT})")
+    if info["tokenizer"] != tok.to_dict():
+        raise IndexMismatchError(
+            f"index {directory} was built with tokenizer {json.dumps(info['tokenizer'], sort_keys=True)}, "
+            f"but this run asks for {json.dumps(tok.to_dict(), sort_keys=True)}; use another --index-dir "
+            "or delete that one"
+        )
+    if info["bm25"] != params.to_dict():
+        raise IndexMismatchError(
+            f"index {directory} was built with BM25 parameters {info['bm25']}, but this run asks for "
+            f"{params.to_dict()}; use another --index-dir or delete that one"
+        )
+
+
+def open_index(
+    index_dir: str | os.PathLike,
+    corpus: Callable[[], Iterator[Passage]],
+    tokenizer_config: TokenizerConfig | None = None,
+    engine: str = "bm25s",
+    params: BM25Params | None = None,
+    show_progress: bool = True,
+) -> BM25Index:
+    """Build the index in ``index_dir`` from ``corpus()``, or reuse the one there.
+
+    Reuse streams the corpus once more to check its sha256 and refuses
+    (:class:`IndexMismatchError`) a directory built from another corpus or with another tokenizer
+    or BM25 parameters. A new index is built in a temporary folder and renamed into place, so a
+    killed build never leaves a directory that looks complete. ``info["timings"]`` says what this
+    call spent (build or verification).
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"unknown BM25 engine {engine!r}; choose from {', '.join(ENGINES)}")
+    tok = tokenizer_config or TokenizerConfig()
+    params = params or BM25Params()
+    tokenizer = Tokenizer(tok)
+    index_dir = Path(index_dir)
+    t0 = time.perf_counter()
+    if (index_dir / INDEX_INFO).exists():
+        info = json.loads((index_dir / INDEX_INFO).read_text())
+        _check_reuse(index_dir, info, tok, params)
+        sha, n = corpus_sha256(tqdm(corpus(), desc="Verify corpus hash", unit=" passages", disable=not show_progress))
+        if sha != info["corpus_sha256"] or n != info["n_docs"]:
+            raise IndexMismatchError(
+                f"index {index_dir} was built from another corpus (sha256 {info['corpus_sha256'][:12]}..., "
+                f"{info['n_docs']} passages) than this input (sha256 {sha[:12]}..., {n} passages); "
+                "use another --index-dir or delete that one"
+            )
+        timings = {"verify_s": round(time.perf_counter() - t0, 3)}
+        kept = None
+        if engine == "bm25s" and not (index_dir / BM25S_DIR / "params.index.json").exists():
+            store = CorpusStore(index_dir)
+            flat, lens, vocab = _tokenize_store(store, tokenizer, show_progress)
+            store.close()
+            timings["bm25s_build_s"] = round(_save_bm25s(index_dir, flat, lens, vocab, params, show_progress), 3)
+            del flat, lens, vocab
+        logger.info("reusing index %s (%d passages, sha256 %s)", index_dir, info["n_docs"], info["corpus_sha256"][:12])
+    else:
+        info, kept, timings = _build_index_dir(index_dir, corpus, tok, tokenizer, engine, params, show_progress)
+    if engine == "bm25s":
+        eng: Bm25sEngine | RankBM25Engine = Bm25sEngine.load(index_dir / BM25S_DIR, mmap=True)
+    else:
+        if kept is None:
+            store = CorpusStore(index_dir)
+            kept = [tokenizer(p.full_text(" ")) for p in tqdm(store, total=len(store), desc="Tokenise stored corpus", disable=not show_progress)]
+            store.close()
+        t1 = time.perf_counter()
+        eng = RankBM25Engine(kept, params)
+        timings["rank_bm25_build_s"] = round(time.perf_counter() - t1, 3)
+    info = dict(info, timings=timings)
+    return BM25Index(index_dir, info, eng)
+
+
+def _build_index_dir(index_dir, corpus, tok, tokenizer, engine, params, show_progress):
+    t0 = time.perf_counter()
+    index_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = index_dir.parent / f".{index_dir.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        stats, flat, lens, vocab, kept = _build_from_stream(tmp, corpus(), tokenizer, engine == "rank-bm25", show_progress)
+        if stats["n_docs"] == 0:
+            raise ValueError("the corpus is empty: nothing to index")
+        timings = {"store_tokenize_s": round(time.perf_counter() - t0, 3)}
+        if engine == "bm25s":
+            timings["bm25s_build_s"] = round(_save_bm25s(tmp, flat, lens, vocab, params, show_progress), 3)
+        del flat, lens, vocab
+        info = {
+            "format": INDEX_FORMAT,
+            "corpus_sha256": stats["corpus_sha256"],
+            "n_docs": stats["n_docs"],
+            "tokenizer": tok.to_dict(),
+            "bm25": params.to_dict(),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        write_json(tmp / INDEX_INFO, info)
+        try:
+            os.rename(tmp, index_dir)
+        except OSError:
+            # another process finished the same index first: use theirs if it matches
+            other = json.loads((index_dir / INDEX_INFO).read_text())
+            _check_reuse(index_dir, other, tok, params)
+            if other["corpus_sha256"] != info["corpus_sha256"]:
+                raise IndexMismatchError(f"index {index_dir} appeared while building, from another corpus") from None
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    timings["total_build_s"] = round(time.perf_counter() - t0, 3)
+    logger.info("built index %s: %d passages in %.1f s", index_dir, info["n_docs"], timings["total_build_s"])
+    return info, kept, timings
+
+
+def topk_agreement(a: Sequence[int], b: Sequence[int], b_scores: np.ndarray | None = None, k: int | None = None, rel_tol: float = 1e-5) -> float:
+    """Share of ``a``'s top-k found in ``b``'s top-k; with ``b_scores`` (the full score vector of
+    ``b``'s engine), a document of ``a`` that is missing from ``b`` but ties ``b``'s k-th score
+    (within ``rel_tol``) also counts: the two lists differ only in how ties were broken."""
+    k = k or max(len(a), 1)
+    a, b = list(a)[:k], list(b)[:k]
+    if not a and not b:
+        return 1.0
+    sb = set(b)
+    hit = 0
+    for d in a:
+        if d in sb:
+            hit += 1
+        elif b_scores is not None and b:
+            kth = float(b_scores[b[-1]])
+            if float(b_scores[d]) >= kth - rel_tol * max(abs(kth), 1e-12):
+                hit += 1
+    return hit / max(len(a), len(b))
+
+
+__all__ = [
+    "ENGINES",
+    "BM25Params",
+    "BM25Index",
+    "Bm25sEngine",
+    "RankBM25Engine",
+    "CorpusStore",
+    "CorpusHasher",
+    "IndexMismatchError",
+    "build_csc",
+    "corpus_sha256",
+    "okapi_idf",
+    "open_index",
+    "resolve_backend",
+    "topk_agreement",
+]

@@ -1,0 +1,664 @@
+"""``python -m data_prep build``: turn mined query examples into the three task datasets.
+
+Input: our QueryExample JSONL (the output of ``mine`` or ``convert``) or LabelledPair JSONL with
+given labels. Output folder (see docs/data.md)::
+
+    DIR/evaluator/{train,dev}.pairs.jsonl    LabelledPair: positives 1, negatives 0
+    DIR/evaluator/{train,dev}.groups.jsonl   QueryExample: 1 positive + (group_size - 1) negatives
+    DIR/answer/{train,dev}.pairs.jsonl       LabelledPair: "does this passage contain the answer?"
+    DIR/extractor/{train,dev}.pairs.jsonl    LabelledPair: one sentence of a positive passage
+    DIR/meta.json, DIR/stats.json            parameters, input sha256, counts, skips; statistics
+    DIR/rejects/                             bad input rows (only with --skip-bad)
+
+Everything streams: a query's split comes from a hash of the seed and its id, and every random
+choice is seeded from the seed and the query id, so the output depends neither on file order nor
+on the other queries in the file. Every file is written atomically; ``meta.json`` is written
+last, so a folder without it is incomplete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import logging
+import random
+import shutil
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any, Iterable, Iterator
+
+from tqdm import tqdm
+
+from .io import DataError, Rejects, atomic_write, iter_json_lines, iter_lines, require_path, write_json
+from .records import LABEL_SOURCES, SCHEMA_VERSION, LabelledPair, Passage, QueryExample, RecordError
+from .stats import DatasetStats, format_report
+from .text import contains_answer, split_sentences
+
+logger = logging.getLogger(__name__)
+
+TASKS = ("evaluator", "answer", "extractor")
+#: task -> the kinds of file it writes, each as ``{split}.{kind}.jsonl``
+TASK_FILES = {"evaluator": ("pairs", "groups"), "answer": ("pairs",), "extractor": ("pairs",)}
+SPLITS = ("train", "dev")
+#: MS MARCO's placeholder answer for queries whose passages do not answer them
+MSMARCO_NO_ANSWER = "No Answer Present."
+HF_MSMARCO = "hf-msmarco"
+REJECTS_DIR = "rejects"
+
+
+class BuildError(ValueError):
+    """An input record that is valid JSON and a valid record, but unusable for building."""
+
+
+@dataclass
+class BuildConfig:
+    """Parameters of one ``build`` run (recorded verbatim in ``meta.json``)."""
+
+    input: str
+    output: str
+    #: tasks to build; ``None``: all three for query examples, ``evaluator`` for labelled pairs
+    tasks: tuple[str, ...] | None = None
+    #: fraction of queries sent to dev (by a hash of the seed and the query id)
+    dev_ratio: float = 0.1
+    seed: int = 13
+    #: evaluator groups: 1 positive + (group_size - 1) negatives
+    group_size: int = 8
+    #: keep at most this many negatives per query (a seeded sample), for every task
+    max_negatives_per_query: int | None = None
+    #: a query with fewer than group_size - 1 negatives: ``pad`` (resample) or ``drop`` its groups
+    short_groups: str = "pad"
+    #: ``query`` (QueryExample), ``pair`` (LabelledPair) or ``auto`` (from the first record)
+    input_type: str = "auto"
+    skip_bad: bool = False
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tasks is not None:
+            self.tasks = tuple(self.tasks)
+            unknown = [t for t in self.tasks if t not in TASKS]
+            if unknown or not self.tasks:
+                raise ValueError(f"unknown task(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(TASKS)}")
+        if not 0.0 <= self.dev_ratio < 1.0:
+            raise ValueError(f"--dev-ratio must be in [0, 1), got {self.dev_ratio}")
+        if self.group_size < 2:
+            raise ValueError(f"--group-size must be at least 2 (1 positive + 1 negative), got {self.group_size}")
+        if self.max_negatives_per_query is not None and self.max_negatives_per_query < 0:
+            raise ValueError(f"--max-negatives-per-query must be >= 0, got {self.max_negatives_per_query}")
+        if self.short_groups not in ("pad", "drop"):
+            raise ValueError(f"--short-groups must be 'pad' or 'drop', got {self.short_groups!r}")
+        if self.input_type not in ("auto", "query", "pair"):
+            raise ValueError(f"--input-type must be auto, query or pair, got {self.input_type!r}")
+
+
+# --------------------------------------------------------------------------------------------
+# Deterministic choices
+
+
+def split_of(query_id: str, seed: int, dev_ratio: float) -> str:
+    """``"dev"`` or ``"train"`` from a hash of the seed and the query id (never from file order).
+
+    A query keeps its split when other queries are added or removed; the dev share is
+    ``dev_ratio`` in expectation, not exactly.
+    """
+    digest = hashlib.sha256(f"{seed}\x00{query_id}".encode("utf-8")).digest()
+    u = int.from_bytes(digest[:8], "big") / 2**64
+    return "dev" if u < dev_ratio else "train"
+
+
+def _rng(seed: int, query_id: str, purpose: str) -> random.Random:
+    # str seeds are hashed with SHA-512 by random.seed: stable across runs and PYTHONHASHSEED
+    return random.Random(f"{seed}\x00{query_id}\x00{purpose}")
+
+
+def cap_negatives(negatives: list[Passage], limit: int | None, seed: int, query_id: str) -> list[Passage]:
+    """At most ``limit`` negatives: a seeded sample that keeps the original (rank) order."""
+    if limit is None or len(negatives) <= limit:
+        return list(negatives)
+    keep = sorted(_rng(seed, query_id, "cap").sample(range(len(negatives)), limit))
+    return [negatives[i] for i in keep]
+
+
+# --------------------------------------------------------------------------------------------
+# Per-task record builders (pure functions of one example; tests call them directly)
+
+
+def _label_source(passage: Passage, example: QueryExample) -> str:
+    return str(passage.metadata.get("label_source") or example.metadata.get("label_source") or "human")
+
+
+def evaluator_pairs(example: QueryExample) -> list[LabelledPair]:
+    """Pointwise relevance pairs: every positive labelled 1, every negative 0.
+
+    The label source is the passage's ``metadata["label_source"]``, else the example's, else
+    ``human`` (gold passages and qrels).
+    """
+    out = []
+    for role, passages, label in (("positive", example.positives, 1.0), ("negative", example.negatives, 0.0)):
+        for p in passages:
+            out.append(
+                LabelledPair(
+                    query_id=example.id,
+                    query=example.query,
+                    passage=p,
+                    label=label,
+                    label_source=_label_source(p, example),
+                    metadata={"role": role, "source": example.source},
+                )
+            )
+    return out
+
+
+def evaluator_groups(
+    example: QueryExample, group_size: int, seed: int, short_groups: str = "pad"
+) -> tuple[list[QueryExample], Counter[str]]:
+    """One group per positive: that positive plus ``group_size - 1`` negatives sampled with a
+    generator seeded by (seed, query id, positive index).
+
+    With fewer negatives than needed, ``pad`` uses every negative once and fills the rest by
+    sampling with replacement (as FlagEmbedding does); ``drop`` drops the query's groups. A query
+    without negatives has no groups either way. Returns the groups and counts of what happened
+    (``padded``: groups; ``dropped:<reason>``: queries).
+    """
+    k = group_size - 1
+    notes: Counter[str] = Counter()
+    pool = example.negatives
+    if not example.positives:
+        notes["dropped:no-positives"] += 1
+        return [], notes
+    if not pool:
+        notes["dropped:no-negatives"] += 1
+        return [], notes
+    if len(pool) < k and short_groups == "drop":
+        notes["dropped:too-few-negatives"] += 1
+        return [], notes
+    groups = []
+    for i, pos in enumerate(example.positives):
+        rng = _rng(seed, example.id, f"group:{i}")
+        if len(pool) >= k:
+            negs = rng.sample(pool, k)
+            padded = False
+        else:
+            negs = rng.sample(pool, len(pool)) + rng.choices(pool, k=k - len(pool))
+            padded = True
+            notes["padded"] += 1
+        groups.append(
+            QueryExample(
+                id=f"{example.id}#g{i}",
+                query=example.query,
+                positives=[pos],
+                negatives=negs,
+                answers=list(example.answers),
+                source=example.source,
+                metadata={
+                    "query_id": example.id,
+                    "positive_index": i,
+                    "padded": padded,
+                    "label_source": _label_source(pos, example),
+                },
+            )
+        )
+    return groups, notes
+
+
+def _real_answers(answers: Iterable[str]) -> list[str]:
+    return [a for a in answers if a.strip() and a.strip() != MSMARCO_NO_ANSWER]
+
+
+def answer_pairs(example: QueryExample) -> tuple[list[LabelledPair], str | None]:
+    """Answer-existence pairs over positives and negatives; returns ``(pairs, skip_reason)``.
+
+    * ``source == "hf-msmarco"``: MS MARCO's own judgement - a positive (``is_selected``) is 1 when
+      the query has a real answer, 0 otherwise; negatives 0; label source ``human``.
+    * otherwise: 1 when the passage (title and text) contains a gold answer after SQuAD
+      normalisation (label source ``answer-match``); a query without answers is skipped.
+    """
+    passages = [("positive", p) for p in example.positives] + [("negative", p) for p in example.negatives]
+    if not passages:
+        return [], "no-passages"
+    answers = _real_answers(example.answers)
+    msmarco = example.source == HF_MSMARCO
+    if not msmarco and not answers:
+        return [], "no-answers"
+    out = []
+    for role, p in passages:
+        if msmarco:
+            label, source = float(role == "positive" and bool(answers)), "human"
+        else:
+            label, source = float(contains_answer(p.full_text(" "), answers)), "answer-match"
+        out.append(
+            LabelledPair(
+                query_id=example.id,
+                query=example.query,
+                passage=p,
+                label=label,
+                label_source=source,
+                metadata={"role": role, "source": example.source},
+            )
+        )
+    return out, None
+
+
+def _rationales(passage: Passage, n_sentences: int) -> set[int] | None:
+    r = passage.metadata.get("rationale_sentences")
+    if r is None:
+        return None
+    if not isinstance(r, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in r):
+        raise BuildError(f"passage {passage.id!r}: metadata 'rationale_sentences' must be a list of sentence indices")
+    bad = [i for i in r if not 0 <= i < n_sentences]
+    if bad:
+        raise BuildError(
+            f"passage {passage.id!r}: rationale sentence index {bad[0]} is outside 0..{n_sentences - 1}"
+            f" (the passage splits into {n_sentences} sentences)"
+        )
+    return set(r)
+
+
+def extractor_pairs(example: QueryExample) -> tuple[list[LabelledPair], Counter[str]]:
+    """Sentence pairs from the positive passages; returns ``(pairs, skip_counts)``.
+
+    A sentence is 1 when it contains a gold answer or is one of the passage's given rationales
+    (``metadata["rationale_sentences"]``, indices into :func:`split_sentences` of the text).
+    The label source is ``human`` for a passage with rationales, else ``answer-match``. Skipped
+    (and counted): queries without positives, queries without answers or rationales, and passages
+    in which no sentence is labelled 1 (the answer crosses a sentence boundary, or is free text).
+    """
+    skips: Counter[str] = Counter()
+    if not example.positives:
+        skips["no-positives"] += 1
+        return [], skips
+    answers = _real_answers(example.answers)
+    if not answers and not any("rationale_sentences" in p.metadata for p in example.positives):
+        skips["no-answers-or-rationales"] += 1
+        return [], skips
+    out: list[LabelledPair] = []
+    for p in example.positives:
+        sentences = split_sentences(p.text)
+        rationales = _rationales(p, len(sentences))
+        source = "human" if rationales is not None else "answer-match"
+        labels = [
+            float((rationales is not None and k in rationales) or contains_answer(s, answers))
+            for k, s in enumerate(sentences)
+        ]
+        if not any(labels):
+            skips["passages-without-answer-sentence"] += 1
+            continue
+        for k, (s, label) in enumerate(zip(sentences, labels)):
+            sentence = Passage(
+                id=f"{p.id}#s{k}",
+                text=s,
+                title=p.title,
+                metadata={"parent_id": p.id, "sentence_index": k, "parent_text": p.text},
+            )
+            out.append(
+                LabelledPair(
+                    query_id=example.id,
+                    query=example.query,
+                    passage=sentence,
+                    label=label,
+                    label_source=source,
+                    metadata={"source": example.source},
+                )
+            )
+    if not out and skips:
+        skips["no-answer-sentence"] += 1  # the query, beside its passages
+    return out, skips
+
+
+# --------------------------------------------------------------------------------------------
+# Reading
+
+
+def _records_with_lines(path: Path, record_type: type, rejects: Rejects) -> Iterator[tuple[int, bytes, Any]]:
+    """Like :func:`data_prep.io.read_records`, but also yields each record's line and raw bytes, so
+    that problems found while building are reported as ``file:line`` and rejected unchanged."""
+    for n, obj, raw in iter_json_lines(path, rejects):
+        try:
+            yield n, raw, record_type.from_dict(obj)
+        except RecordError as e:
+            kind = "missing-field" if "missing field" in str(e) else "invalid-record"
+            rejects.reject(DataError(path, n, str(e), kind), raw)
+
+
+def detect_input_type(path: Path) -> str:
+    """``pair`` when the first JSON object has ``query_id`` and ``passage``, else ``query``."""
+    peek = Rejects(skip_bad=True)  # bad lines are reported by the real pass, not here
+    for _, obj, _ in iter_json_lines(path, peek):
+        return "pair" if "query_id" in obj and "passage" in obj else "query"
+    return "query"
+
+
+def _require_nonempty(path: Path) -> None:
+    for _ in iter_lines(path, Rejects(skip_bad=True)):
+        return
+    raise DataError(path, None, "empty input file: no records", kind="empty-file")
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _pair_runs(rows: Iterator[tuple[int, bytes, LabelledPair]]) -> Iterator[list[tuple[int, bytes, LabelledPair]]]:
+    """Consecutive rows with the same query id (a query's pairs are expected to be adjacent)."""
+    run: list[tuple[int, bytes, LabelledPair]] = []
+    for row in rows:
+        if run and row[2].query_id != run[0][2].query_id:
+            yield run
+            run = []
+        run.append(row)
+    if run:
+        yield run
+
+
+# --------------------------------------------------------------------------------------------
+# Writing
+
+
+class _Sinks:
+    """The open output files of one run, with a statistics accumulator per file."""
+
+    def __init__(self, out: Path, tasks: Iterable[str], stack: contextlib.ExitStack):
+        self.out = out
+        self.files: dict[tuple[str, str, str], IO[str]] = {}
+        self.stats: dict[tuple[str, str, str], DatasetStats] = {}
+        for task in tasks:
+            for kind in TASK_FILES[task]:
+                for split in SPLITS:
+                    key = (task, kind, split)
+                    self.files[key] = stack.enter_context(atomic_write(out / self.relpath(key)))
+                    self.stats[key] = DatasetStats()
+
+    @staticmethod
+    def relpath(key: tuple[str, str, str]) -> str:
+        task, kind, split = key
+        return f"{task}/{split}.{kind}.jsonl"
+
+    def write(self, key: tuple[str, str, str], records: Iterable[LabelledPair | QueryExample]) -> None:
+        f, acc = self.files[key], self.stats[key]
+        for r in records:
+            f.write(json.dumps(r.to_dict(), ensure_ascii=False) + "\n")
+            acc.add(r)
+
+    def nested_stats(self) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+        out: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+        for (task, kind, split), acc in self.stats.items():
+            out.setdefault(task, {}).setdefault(kind, {})[split] = acc.result()
+        return out
+
+
+@dataclass
+class _Tally:
+    """What a run did, for meta.json."""
+
+    records_read: int = 0
+    queries: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    skipped: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    groups: Counter[str] = field(default_factory=Counter)
+    dropped_negatives: Counter[str] = field(default_factory=Counter)
+    first_skipped: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
+
+    def skip(self, task: str, reason: str, query_id: str, n: int = 1) -> None:
+        self.skipped[task][reason] += n
+        ids = self.first_skipped[f"{task}:{reason}"]
+        if len(ids) < 5:
+            ids.append(query_id)
+
+
+def _clean_output(out: Path, overwrite: bool) -> None:
+    """Refuse a non-empty folder unless ``overwrite``; then remove only what a build writes."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"output {out} exists and is not a folder")
+    if not out.exists() or not any(out.iterdir()):
+        return
+    if not overwrite:
+        raise ValueError(f"output folder {out} is not empty; pass --overwrite to replace its dataset files")
+    for name in ("meta.json", "stats.json"):
+        (out / name).unlink(missing_ok=True)
+    for name in (*TASKS, REJECTS_DIR):
+        if (out / name).is_dir():
+            shutil.rmtree(out / name)
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+
+
+class _Builder:
+    """Routes each example's task records to the right split files."""
+
+    def __init__(self, cfg: BuildConfig, tasks: tuple[str, ...], sinks: _Sinks, tally: _Tally, path: Path):
+        self.cfg, self.tasks, self.sinks, self.tally, self.path = cfg, tasks, sinks, tally, path
+
+    def _prepare(self, ex: QueryExample) -> QueryExample:
+        pos_ids = {p.id for p in ex.positives}
+        negs = [p for p in ex.negatives if p.id not in pos_ids]
+        if len(negs) < len(ex.negatives):
+            self.tally.dropped_negatives["same-id-as-positive"] += len(ex.negatives) - len(negs)
+        capped = cap_negatives(negs, self.cfg.max_negatives_per_query, self.cfg.seed, ex.id)
+        if len(capped) < len(negs):
+            self.tally.dropped_negatives["over-max-negatives-per-query"] += len(negs) - len(capped)
+        for p in ex.positives:
+            ls = _label_source(p, ex)
+            if ls not in LABEL_SOURCES:
+                raise BuildError(f"passage {p.id!r}: label_source {ls!r} is not one of {', '.join(LABEL_SOURCES)}")
+        return QueryExample(ex.id, ex.query, ex.positives, capped, ex.answers, ex.source, ex.metadata)
+
+    def _groups(self, ex: QueryExample) -> list[QueryExample]:
+        groups, notes = evaluator_groups(ex, self.cfg.group_size, self.cfg.seed, self.cfg.short_groups)
+        for note, n in notes.items():
+            if note.startswith("dropped:"):
+                self.tally.skip("evaluator-groups", note.split(":", 1)[1], ex.id, n)
+            else:
+                self.tally.groups[note] += n
+        return groups
+
+    def example_outputs(self, ex: QueryExample) -> dict[tuple[str, str], list]:
+        """All task records of one query example (computed before anything is written)."""
+        ex = self._prepare(ex)
+        out: dict[tuple[str, str], list] = {}
+        if "evaluator" in self.tasks:
+            if ex.positives:
+                out[("evaluator", "pairs")] = evaluator_pairs(ex)
+            else:
+                self.tally.skip("evaluator", "no-positives", ex.id)
+            out[("evaluator", "groups")] = self._groups(ex)
+        if "answer" in self.tasks:
+            pairs, reason = answer_pairs(ex)
+            if reason:
+                self.tally.skip("answer", reason, ex.id)
+            out[("answer", "pairs")] = pairs
+        if "extractor" in self.tasks:
+            pairs, skips = extractor_pairs(ex)
+            for reason, n in skips.items():
+                self.tally.skip("extractor", reason, ex.id, n)
+            out[("extractor", "pairs")] = pairs
+        return out
+
+    def run_outputs(self, run: list[LabelledPair]) -> dict[tuple[str, str], list]:
+        """Task records of one query's given labelled pairs."""
+        qid = run[0].query_id
+        pos = [p for p in run if p.label >= 0.5]
+        neg_pairs = [p for p in run if p.label < 0.5]
+        kept = cap_negatives([p.passage for p in neg_pairs], self.cfg.max_negatives_per_query, self.cfg.seed, qid)
+        if len(kept) < len(neg_pairs):
+            self.tally.dropped_negatives["over-max-negatives-per-query"] += len(neg_pairs) - len(kept)
+        kept_ids = {id(p) for p in kept}
+        pairs = pos + [p for p in neg_pairs if id(p.passage) in kept_ids]
+        out: dict[tuple[str, str], list] = {}
+        if "evaluator" in self.tasks:
+            out[("evaluator", "pairs")] = pairs
+            ex = QueryExample(
+                id=qid,
+                query=run[0].query,
+                positives=[p.passage for p in pos],
+                negatives=kept,
+                metadata={"label_source": pos[0].label_source if pos else run[0].label_source},
+            )
+            out[("evaluator", "groups")] = self._groups(ex)
+        if "answer" in self.tasks:
+            out[("answer", "pairs")] = pairs
+        return out
+
+    def emit(self, query_id: str, outputs: dict[tuple[str, str], list]) -> None:
+        split = split_of(query_id, self.cfg.seed, self.cfg.dev_ratio)
+        self.tally.queries[split].add(query_id)
+        for (task, kind), records in outputs.items():
+            self.sinks.write((task, kind, split), records)
+
+    def guarded(self, line: int, raw: bytes, rejects: Rejects, fn, arg) -> dict | None:
+        """``fn(arg)``; a record problem becomes a ``file:line`` reject (raised when strict)."""
+        try:
+            return fn(arg)
+        except (BuildError, RecordError) as e:
+            rejects.reject(DataError(self.path, line, str(e), "invalid-for-build"), raw)
+            return None
+
+
+def build(cfg: BuildConfig) -> dict[str, Any]:
+    """Build the task datasets described by ``cfg``; returns the content of ``meta.json``."""
+    path = require_path(cfg.input, "input file", is_dir=False)
+    _require_nonempty(path)
+    input_type = detect_input_type(path) if cfg.input_type == "auto" else cfg.input_type
+    tasks = cfg.tasks or (TASKS if input_type == "query" else ("evaluator",))
+    if input_type == "pair" and "extractor" in tasks:
+        raise ValueError(
+            f"{path}: the extractor task needs query examples (positives and answers); this file holds labelled pairs"
+        )
+    out = Path(cfg.output)
+    _clean_output(out, cfg.overwrite)
+    logger.info("building %s from %s (%s records) into %s", ",".join(tasks), path, input_type, out)
+
+    tally = _Tally()
+    with Rejects(skip_bad=cfg.skip_bad, out_dir=out / REJECTS_DIR) as rejects, contextlib.ExitStack() as stack:
+        sinks = _Sinks(out, tasks, stack)
+        builder = _Builder(cfg, tasks, sinks, tally, path)
+        record_type = QueryExample if input_type == "query" else LabelledPair
+        rows = _records_with_lines(path, record_type, rejects)
+        if input_type == "query":
+            for n, raw, ex in tqdm(rows, desc="build", unit="query", disable=None):
+                tally.records_read += 1
+                outputs = builder.guarded(n, raw, rejects, builder.example_outputs, ex)
+                if outputs is not None:
+                    builder.emit(ex.id, outputs)
+        else:
+            for run in tqdm(_pair_runs(rows), desc="build", unit="query", disable=None):
+                tally.records_read += len(run)
+                outputs = builder.guarded(run[0][0], run[0][1], rejects, builder.run_outputs, [r[2] for r in run])
+                if outputs is not None:
+                    builder.emit(run[0][2].query_id, outputs)
+        if tally.records_read == 0:
+            raise DataError(path, None, f"no valid records ({rejects.total} rejected, see {out / REJECTS_DIR})", "empty-file")
+        stats = sinks.nested_stats()
+        file_counts = {sinks.relpath(k): acc.records for k, acc in sinks.stats.items()}
+    meta = _meta(cfg, path, input_type, tasks, tally, rejects, stats, file_counts)
+    _log_summary(tally, cfg)
+    write_json(out / "stats.json", stats)
+    write_json(out / "meta.json", meta)  # last: its presence marks a complete build
+    return meta
+
+
+def _package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("crag-evaluators")
+    except Exception:  # not installed (running from a checkout)
+        return "unknown"
+
+
+def _meta(cfg, path, input_type, tasks, tally, rejects, stats, file_counts) -> dict[str, Any]:
+    counts = {
+        task: {split: {kind: stats[task][kind][split]["records"] for kind in TASK_FILES[task]} for split in SPLITS}
+        for task in tasks
+    }
+    params = {k: v for k, v in asdict(cfg).items() if k not in ("input", "output", "overwrite")}
+    params["tasks"] = list(tasks)
+    params["input_type"] = input_type
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "command": "data_prep build",
+        "package_version": _package_version(),
+        "input": {"path": str(path), "sha256": file_sha256(path), "bytes": path.stat().st_size, "record_type": input_type},
+        "parameters": params,
+        "records_read": tally.records_read,
+        "queries": {s: len(tally.queries[s]) for s in SPLITS},
+        "counts": counts,
+        "files": file_counts,
+        "skipped": {task: dict(sorted(c.items())) for task, c in sorted(tally.skipped.items())},
+        "skipped_examples": {k: v for k, v in sorted(tally.first_skipped.items())},
+        "groups": {"padded": tally.groups["padded"]},
+        "dropped_negatives": dict(sorted(tally.dropped_negatives.items())),
+        "rejects": {**rejects.summary(), "dir": REJECTS_DIR if rejects.total else None},
+    }
+
+
+def _log_summary(tally: _Tally, cfg: BuildConfig) -> None:
+    for task, reasons in sorted(tally.skipped.items()):
+        for reason, n in sorted(reasons.items()):
+            ids = ", ".join(tally.first_skipped[f"{task}:{reason}"])
+            logger.warning("%s: skipped %d (%s), e.g. %s", task, n, reason, ids)
+    if tally.groups["padded"]:
+        logger.info("evaluator groups: %d padded by resampling negatives", tally.groups["padded"])
+    if cfg.dev_ratio > 0 and not tally.queries["dev"]:
+        logger.warning("dev split is empty: too few queries for --dev-ratio %s", cfg.dev_ratio)
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+
+
+def _tasks_arg(value: str) -> tuple[str, ...]:
+    tasks = tuple(t.strip() for t in value.split(",") if t.strip())
+    unknown = [t for t in tasks if t not in TASKS]
+    if unknown or not tasks:
+        raise argparse.ArgumentTypeError(f"unknown task(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(TASKS)}")
+    return tasks
+
+
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "build",
+        help="build evaluator / answer-existence / extractor datasets from query examples",
+        description=__doc__.split("\n\n")[0].replace("``", ""),
+    )
+    p.add_argument("--input", required=True, help="QueryExample or LabelledPair JSONL (.gz allowed)")
+    p.add_argument("--output", required=True, help="output folder (must be empty unless --overwrite)")
+    p.add_argument("--tasks", type=_tasks_arg, default=None,
+                   help="comma list of evaluator,answer,extractor (default: all for query examples, evaluator for pairs)")
+    p.add_argument("--dev-ratio", type=float, default=0.1, help="share of queries in dev (by query id hash)")
+    p.add_argument("--seed", type=int, default=13, help="seed of the split and of every sample")
+    p.add_argument("--group-size", type=int, default=8, help="evaluator groups: 1 positive + group_size-1 negatives")
+    p.add_argument("--max-negatives-per-query", type=int, default=None, help="keep a seeded sample of at most N negatives")
+    p.add_argument("--short-groups", choices=("pad", "drop"), default="pad",
+                   help="queries with too few negatives for a group: pad by resampling (default) or drop")
+    p.add_argument("--input-type", choices=("auto", "query", "pair"), default="auto", help="record type of --input")
+    p.add_argument("--skip-bad", action="store_true", help="skip and count bad rows (written to OUTPUT/rejects/)")
+    p.add_argument("--overwrite", action="store_true", help="replace the dataset files of a non-empty OUTPUT")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    cfg = BuildConfig(
+        input=args.input,
+        output=args.output,
+        tasks=args.tasks,
+        dev_ratio=args.dev_ratio,
+        seed=args.seed,
+        group_size=args.group_size,
+        max_negatives_per_query=args.max_negatives_per_query,
+        short_groups=args.short_groups,
+        input_type=args.input_type,
+        skip_bad=args.skip_bad,
+        overwrite=args.overwrite,
+    )
+    build(cfg)
+    stats = json.loads((Path(cfg.output) / "stats.json").read_text(encoding="utf-8"))
+    print(format_report(stats))
+    return 0

@@ -1,0 +1,608 @@
+"""Helpers shared by the format readers.
+
+* :func:`stable_id` / :func:`text_query_id` - content-derived ids for formats that carry none
+  (``"h" + sha1(title + "\\n" + text)[:16]`` for passages, ``"q" + sha1(query)[:16]`` for queries).
+  A derived id names the content, so the same text read twice gets the same id.
+* :func:`fix_mojibake` - undo UTF-8 text that was decoded as Latin-1/cp1252 (``donâ€™t``).
+* :func:`iter_tsv` - tab-separated rows with a column-count check.
+* :func:`iter_json_array` - a streaming parser for one (possibly multi-GB) JSON array of objects,
+  reporting each bad element at the line where it starts; :func:`iter_json_records` picks it or
+  JSONL by the first byte of the file.
+* :func:`iter_parquet_rows` - parquet rows through pyarrow, in batches.
+* :func:`ctx_passage` - a ``{title, text, passage_id|psg_id|id}`` context as a :class:`Passage`.
+* :func:`join_qrels` - qrels + queries + corpus into :class:`QueryExample` objects (MS MARCO, BEIR).
+* :class:`OnceRejects` - a :class:`Rejects` view that records each bad row once, however many
+  times a :class:`~data_prep.readers.Source` re-reads the file.
+* :func:`open_pairs` - labelled pairs from any format: a native pair reader when the format has
+  one, else positives (label 1) and negatives (label 0) of its query examples.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from ..io import STRICT, DataError, Rejects, iter_json_lines, iter_lines, open_binary, require_path
+from ..records import LabelledPair, Passage, QueryExample, RecordError
+
+logger = logging.getLogger(__name__)
+
+PathLike = str | os.PathLike
+
+# --------------------------------------------------------------------------------------------
+# ids and text
+
+
+def stable_id(title: str, text: str) -> str:
+    """A passage id derived from its content: ``"h" + sha1(title + "\\n" + text)[:16]``."""
+    return "h" + hashlib.sha1(f"{title}\n{text}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def text_query_id(query: str) -> str:
+    """A query id derived from its text: ``"q" + sha1(query)[:16]``."""
+    return "q" + hashlib.sha1(query.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+# cp1252 maps bytes 0x80-0x9f to these characters; Latin-1 maps them to C1 controls.
+_CP1252_HIGH = "".join(
+    bytes([b]).decode("cp1252") for b in range(0x80, 0xA0) if b not in (0x81, 0x8D, 0x8F, 0x90, 0x9D)
+)
+_CONT = "[\u0080-\u00bf" + re.escape(_CP1252_HIGH) + "]"
+# a UTF-8 lead byte (as Latin-1/cp1252 text) followed by the right number of continuation bytes
+_MOJIBAKE = re.compile(
+    "[\u00c2-\u00df]" + _CONT + "|[\u00e0-\u00ef]" + _CONT + "{2}|[\u00f0-\u00f4]" + _CONT + "{3}"
+)
+
+
+def _to_byte(ch: str) -> int:
+    o = ord(ch)
+    if o < 0x100:
+        return o
+    return ch.encode("cp1252")[0]
+
+
+def _fix_match(m: re.Match) -> str:
+    s = m.group(0)
+    try:
+        return bytes(_to_byte(c) for c in s).decode("utf-8")
+    except UnicodeDecodeError:
+        return s
+
+
+def fix_mojibake(text: str) -> str:
+    """Undo UTF-8 that was decoded as Latin-1 or cp1252: ``donâ€™t`` -> ``don’t``, ``1Â½`` -> ``1½``.
+
+    Only byte sequences that form valid UTF-8 are changed; everything else is left as it is.
+    """
+    if not text.isascii():
+        return _MOJIBAKE.sub(_fix_match, text)
+    return text
+
+
+def maybe_fix(text: str, fix: bool) -> str:
+    return fix_mojibake(text) if fix else text
+
+
+def check_text(path: PathLike, line: int, value: Any, what: str, where: str = "") -> str:
+    """``value`` as a non-empty string, else a :class:`DataError` (``[where: ]empty <what>``, kind
+    ``empty-<last word of what>``; or ``<what> must be a string``, kind ``invalid-type``)."""
+    prefix = f"{where}: " if where else ""
+    if not isinstance(value, str):
+        raise DataError(path, line, f"{prefix}{what} must be a string, got {type(value).__name__}", "invalid-type")
+    if not value.strip():
+        raise DataError(path, line, f"{prefix}empty {what}", "empty-" + what.split()[-1])
+    return value
+
+
+def str_list(path: PathLike, line: int, value: Any, field: str, allow_json_string: bool = False) -> list[str]:
+    """A list of strings (PopQA stores some as a JSON string of a list: ``'["a", "b"]'``)."""
+    if allow_json_string and isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            value = [value]
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise DataError(path, line, f"field '{field}' must be a list of strings, got {type(value).__name__}", "invalid-type")
+    out = []
+    for v in value:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            v = str(v)
+        if not isinstance(v, str):
+            raise DataError(path, line, f"field '{field}' must be a list of strings", "invalid-type")
+        out.append(v)
+    return out
+
+
+def id_str(path: PathLike, line: int, value: Any, field: str) -> str:
+    """An id field as a non-empty string (integers are accepted and converted)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise DataError(path, line, f"field '{field}' must be a string or integer id", "invalid-type")
+    s = str(value).strip()
+    if not s:
+        raise DataError(path, line, f"empty {field}", "empty-id")
+    return s
+
+
+class SeenIds:
+    """Duplicate-id check for files whose ids must be unique (a set of ids, nothing else)."""
+
+    def __init__(self, what: str):
+        self.what = what
+        self._seen: set[str] = set()
+
+    def check(self, path: PathLike, line: int, id_: str) -> None:
+        if id_ in self._seen:
+            raise DataError(path, line, f"duplicate {self.what} id {id_!r}", "duplicate-id")
+        self._seen.add(id_)
+
+    def __contains__(self, id_: str) -> bool:
+        return id_ in self._seen
+
+
+def dedupe(passages: Iterable[Passage]) -> Iterator[Passage]:
+    """Passages with ids seen before dropped (keeps a set of ids, not the passages)."""
+    seen: set[str] = set()
+    for p in passages:
+        if p.id not in seen:
+            seen.add(p.id)
+            yield p
+
+
+def group_consecutive(examples: Iterable[QueryExample]) -> Iterator[QueryExample]:
+    """Merge runs of examples with the same id (positives/negatives appended, duplicates dropped)."""
+    cur: QueryExample | None = None
+    for ex in examples:
+        if cur is not None and ex.id == cur.id:
+            for attr in ("positives", "negatives"):
+                have = {p.id for p in getattr(cur, attr)}
+                getattr(cur, attr).extend(p for p in getattr(ex, attr) if p.id not in have)
+            for a in ex.answers:
+                if a not in cur.answers:
+                    cur.answers.append(a)
+            continue
+        if cur is not None:
+            yield cur
+        cur = ex
+    if cur is not None:
+        yield cur
+
+
+# --------------------------------------------------------------------------------------------
+# rejects
+
+
+class OnceRejects(Rejects):
+    """Delegates to ``inner`` but passes each ``(file, line, kind)`` on only once.
+
+    A :class:`~data_prep.readers.Source` streams its files again on every ``corpus()`` /
+    ``queries()`` call; this keeps one bad row from being counted and written several times.
+    """
+
+    def __init__(self, inner: Rejects):
+        super().__init__(skip_bad=inner.skip_bad, out_dir=inner.out_dir)
+        self.inner = inner
+        self.counts = inner.counts
+        self._done: set[tuple[str | None, int | None, str]] = set()
+
+    def reject(self, error: DataError, raw: bytes | str | None = None) -> None:
+        key = (error.path, error.line, error.kind)
+        if key in self._done:
+            if not self.skip_bad:
+                raise error
+            return
+        self._done.add(key)
+        self.inner.reject(error, raw)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def once(rejects: Rejects | None) -> Rejects | None:
+    """``rejects`` wrapped in :class:`OnceRejects` when it skips bad rows (strict needs no wrap)."""
+    if rejects is None or not rejects.skip_bad or isinstance(rejects, OnceRejects):
+        return rejects
+    return OnceRejects(rejects)
+
+
+def reject_or_raise(rejects: Rejects | None, error: DataError, raw: bytes | str | None) -> None:
+    (rejects or STRICT).reject(error, raw)
+
+
+# --------------------------------------------------------------------------------------------
+# row sources
+
+
+def iter_tsv(
+    path: PathLike, columns: tuple[str, ...], rejects: Rejects | None = None, sep: str | None = "\t"
+) -> Iterator[tuple[int, list[str], bytes]]:
+    """Yield ``(line, fields, raw)`` for rows with exactly ``len(columns)`` fields.
+
+    ``sep=None`` splits on any whitespace (TREC qrels).
+    """
+    rejects = rejects or STRICT
+    n_cols = len(columns)
+    how = "tab-separated" if sep == "\t" else "whitespace-separated"
+    for n, text, raw in iter_lines(path, rejects):
+        fields = text.split(sep)
+        if len(fields) != n_cols:
+            rejects.reject(
+                DataError(
+                    path, n, f"wrong number of columns: expected {n_cols} {how} ({', '.join(columns)}), got {len(fields)}", "columns"
+                ),
+                raw,
+            )
+            continue
+        yield n, fields, raw
+
+
+_WS = re.compile(r"[ \t\r\n]*")
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_STRUCT = re.compile(r'[{}\[\]"]')
+_SCALAR = re.compile(r"[^,\]\s]*")
+
+
+def _element_end(buf: str, pos: int) -> int:
+    """Index just past the JSON value starting at ``buf[pos]``, or -1 when ``buf`` ends inside it.
+
+    Only the structure is followed (brackets outside strings); the value may still be invalid.
+    """
+    c = buf[pos]
+    if c == '"':
+        m = _STRING.match(buf, pos)
+        return m.end() if m else -1
+    if c not in "{[":
+        end = _SCALAR.match(buf, pos).end()
+        return end if end < len(buf) else -1
+    depth = 0
+    i = pos
+    while True:
+        m = _STRUCT.search(buf, i)
+        if m is None:
+            return -1
+        ch = m.group(0)
+        if ch == '"':
+            s = _STRING.match(buf, m.start())
+            if s is None:
+                return -1
+            i = s.end()
+            continue
+        depth += 1 if ch in "{[" else -1
+        i = m.end()
+        if depth == 0:
+            return i
+
+
+class _ArrayReader:
+    """Incremental reader of ``[ {...}, {...}, ... ]``: a growing text buffer over the file,
+    decoded with ``surrogateescape`` so bad UTF-8 bytes survive until their element is rejected."""
+
+    def __init__(self, f, chunk_size: int):
+        self.f = f
+        self.chunk_size = chunk_size
+        self.dec = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
+        self.buf = ""
+        self.pos = 0
+        self.line = 1  # line number at self.pos
+        self.eof = False
+
+    def fill(self) -> bool:
+        """Read more (at least as much as is buffered, so big elements cost O(n)); False at EOF."""
+        if self.eof:
+            return False
+        data = self.f.read(max(self.chunk_size, len(self.buf) - self.pos))
+        if not data:
+            self.eof = True
+            self.buf = self.buf[self.pos :] + self.dec.decode(b"", final=True)
+        else:
+            self.buf = self.buf[self.pos :] + self.dec.decode(data)
+        self.pos = 0
+        return True
+
+    def advance(self, to: int) -> None:
+        self.line += self.buf.count("\n", self.pos, to)
+        self.pos = to
+
+    def skip_ws(self) -> str:
+        """Skip whitespace; the next character, or '' at the end of the file."""
+        while True:
+            end = _WS.match(self.buf, self.pos).end()
+            self.advance(end)
+            if self.pos < len(self.buf):
+                return self.buf[self.pos]
+            if not self.fill():
+                return ""
+
+
+def iter_json_array(
+    path: PathLike, rejects: Rejects | None = None, chunk_size: int = 1 << 20
+) -> Iterator[tuple[int, Any, str | bytes]]:
+    """Stream the objects of a file holding one JSON array, as ``(line, object, raw)``.
+
+    ``line`` is the line where the element starts. The file is never loaded whole: the buffer
+    holds at most the current element plus one chunk. A bad element (invalid JSON, not an object,
+    invalid UTF-8) goes to ``rejects`` and parsing resumes after it; a broken array structure
+    (a missing comma, a file cut short) always raises.
+    """
+    rejects = rejects or STRICT
+    decoder = json.JSONDecoder()
+    with open_binary(path) as f:
+        r = _ArrayReader(f, chunk_size)
+        r.fill()
+        if r.buf.startswith("\ufeff"):
+            r.pos = 1
+        c = r.skip_ws()
+        if c != "[":
+            what = "an empty file" if c == "" else repr(c)
+            raise DataError(path, r.line, f"expected a JSON array ('['), found {what}", "invalid-json")
+        r.advance(r.pos + 1)
+        first = True
+        while True:
+            c = r.skip_ws()
+            if c == "]" and first:
+                r.advance(r.pos + 1)
+                break
+            if c == "":
+                raise DataError(path, r.line, "file ends inside the JSON array (no closing ']')", "invalid-json")
+            start_line = r.line
+            item = _read_element(r, decoder, path, rejects, start_line)
+            if item is not None:
+                yield item
+            first = False
+            c = r.skip_ws()
+            if c == ",":
+                r.advance(r.pos + 1)
+                continue
+            if c == "]":
+                r.advance(r.pos + 1)
+                break
+            found = "the end of the file" if c == "" else repr(c)
+            raise DataError(path, r.line, f"expected ',' or ']' after the array element, found {found}", "invalid-json")
+        c = r.skip_ws()
+        if c != "":
+            raise DataError(path, r.line, f"unexpected data after the closing ']': {c!r}", "invalid-json")
+
+
+def _read_element(r: _ArrayReader, decoder: json.JSONDecoder, path, rejects: Rejects, start_line: int):
+    while True:
+        try:
+            obj, end = decoder.raw_decode(r.buf, r.pos)
+        except json.JSONDecodeError as e:
+            end = _element_end(r.buf, r.pos)
+            if end == -1:
+                if r.fill():
+                    continue
+                raise DataError(path, start_line, "file ends inside this array element", "invalid-json") from None
+            raw = r.buf[r.pos : end]
+            err_line = start_line + r.buf.count("\n", r.pos, e.pos)
+            error = _encoding_error(path, start_line, raw) or DataError(
+                path, start_line, f"invalid JSON in the array element starting here ({e.msg} at line {err_line})", "invalid-json"
+            )
+            r.advance(end)
+            rejects.reject(error, raw.encode("utf-8", "surrogateescape"))
+            return None
+        if end == len(r.buf) and not r.eof:  # a scalar could continue in the next chunk
+            if r.fill():
+                continue
+        raw = r.buf[r.pos : end]
+        r.advance(end)
+        bad = _encoding_error(path, start_line, raw)
+        if bad is not None:
+            rejects.reject(bad, raw.encode("utf-8", "surrogateescape"))
+            return None
+        if not isinstance(obj, dict):
+            rejects.reject(DataError(path, start_line, f"expected a JSON object, got {type(obj).__name__}", "invalid-json"), raw)
+            return None
+        return start_line, obj, raw
+
+
+def _encoding_error(path, start_line: int, raw: str) -> DataError | None:
+    """Bytes that were not UTF-8 decode to lone surrogates (``surrogateescape``); find the first."""
+    if raw.isascii():
+        return None
+    try:
+        raw.encode("utf-8")  # far faster than a regex search for the surrogate range
+        return None
+    except UnicodeEncodeError as e:
+        pos = e.start
+    byte = ord(raw[pos]) - 0xDC00
+    at = start_line + raw.count("\n", 0, pos)
+    return DataError(path, start_line, f"invalid UTF-8 byte 0x{byte:02x} (line {at})", "encoding")
+
+
+def _first_byte(path: PathLike) -> bytes:
+    with open_binary(path) as f:
+        head = f.read(4096)
+        while head:
+            s = head.lstrip(b" \t\r\n")
+            if s.startswith(b"\xef\xbb\xbf"):
+                s = s[3:].lstrip(b" \t\r\n")
+            if s:
+                return s[:1]
+            head = f.read(4096)
+    return b""
+
+
+def iter_json_records(path: PathLike, rejects: Rejects | None = None) -> Iterator[tuple[int, Any, str | bytes]]:
+    """Objects of a JSON-array file or a JSONL file (chosen by the first non-blank byte)."""
+    require_path(path)
+    if _first_byte(path) == b"[":
+        yield from iter_json_array(path, rejects)
+    else:
+        yield from iter_json_lines(path, rejects)
+
+
+def iter_parquet_rows(path: PathLike, batch_size: int = 1024) -> Iterator[tuple[int, dict, str]]:
+    """Rows of a parquet file as ``(row_number, dict, raw_json)`` (row numbers are 1-based)."""
+    import pyarrow.parquet as pq
+
+    pf = pq.ParquetFile(require_path(path))
+    n = 0
+    for batch in pf.iter_batches(batch_size=batch_size):
+        for row in batch.to_pylist():
+            n += 1
+            yield n, row, json.dumps(row, ensure_ascii=False, default=str)
+
+
+# --------------------------------------------------------------------------------------------
+# contexts (DPR, NQ-open, PopQA)
+
+CTX_ID_FIELDS = ("passage_id", "psg_id", "id", "docid")
+
+
+def ctx_passage(path: PathLike, line: int, ctx: Any, where: str, metadata: dict | None = None) -> Passage:
+    """A ``{title, text, [passage_id|psg_id|id|docid]}`` context as a :class:`Passage`.
+
+    The id is the context's own id when it has one, else :func:`stable_id` of title and text.
+    """
+    if not isinstance(ctx, dict):
+        raise DataError(path, line, f"{where}: expected an object, got {type(ctx).__name__}", "invalid-type")
+    if ctx.get("text") is None:
+        raise DataError(path, line, f"missing field '{where}.text'", "missing-field")
+    text = ctx["text"]
+    if not isinstance(text, str):
+        raise DataError(path, line, f"{where}.text must be a string, got {type(text).__name__}", "invalid-type")
+    if not text.strip():
+        raise DataError(path, line, f"{where}: empty passage", "empty-passage")
+    title = ctx.get("title") or ""
+    if not isinstance(title, str):
+        raise DataError(path, line, f"{where}.title must be a string, got {type(title).__name__}", "invalid-type")
+    pid = None
+    for key in CTX_ID_FIELDS:
+        v = ctx.get(key)
+        if v is not None and not isinstance(v, bool) and str(v).strip():
+            pid = str(v).strip()
+            break
+    return Passage(id=pid or stable_id(title, text), text=text, title=title, metadata=metadata or {})
+
+
+def ctx_list(path: PathLike, line: int, obj: dict, field: str, required: bool = False) -> list:
+    v = obj.get(field)
+    if v is None:
+        if required:
+            raise DataError(path, line, f"missing field '{field}'", "missing-field")
+        return []
+    if not isinstance(v, list):
+        raise DataError(path, line, f"field '{field}' must be a list, got {type(v).__name__}", "invalid-type")
+    return v
+
+
+# --------------------------------------------------------------------------------------------
+# qrels joins (MS MARCO, BEIR)
+
+
+@dataclass
+class Qrel:
+    qid: str
+    pid: str
+    score: int
+    line: int
+    raw: bytes
+
+
+def parse_score(path: PathLike, line: int, value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        try:
+            f = float(value)
+        except ValueError:
+            raise DataError(path, line, f"relevance {value!r} is not a number", "invalid-score") from None
+        if not f.is_integer():
+            raise DataError(path, line, f"relevance {value!r} is not an integer", "invalid-score") from None
+        return int(f)
+
+
+def join_qrels(
+    qrels: list[Qrel],
+    qrels_path: PathLike,
+    query_texts: dict[str, str],
+    queries_path: PathLike,
+    passages: dict[str, Passage],
+    corpus_path: PathLike,
+    rejects: Rejects | None,
+    source: str,
+) -> Iterator[QueryExample]:
+    """One :class:`QueryExample` per judged query, in qrels order: score > 0 positive, score <= 0 a
+    judged negative. A qrels row naming an unknown query or passage is a bad row of the qrels file."""
+    rejects = rejects or STRICT
+    groups: dict[str, list[Qrel]] = {}
+    seen: set[tuple[str, str]] = set()
+    for q in qrels:
+        if q.qid not in query_texts:
+            rejects.reject(
+                DataError(qrels_path, q.line, f"query id {q.qid!r} is not in {Path(queries_path).name}", "unknown-query"), q.raw
+            )
+            continue
+        if q.pid not in passages:
+            rejects.reject(
+                DataError(qrels_path, q.line, f"passage id {q.pid!r} is not in {Path(corpus_path).name}", "unknown-passage"),
+                q.raw,
+            )
+            continue
+        if (q.qid, q.pid) in seen:
+            rejects.reject(
+                DataError(qrels_path, q.line, f"duplicate qrels entry for query {q.qid!r} and passage {q.pid!r}", "duplicate-id"),
+                q.raw,
+            )
+            continue
+        seen.add((q.qid, q.pid))
+        groups.setdefault(q.qid, []).append(q)
+    for qid, rows in groups.items():
+        yield QueryExample(
+            id=qid,
+            query=query_texts[qid],
+            positives=[passages[r.pid] for r in rows if r.score > 0],
+            negatives=[passages[r.pid] for r in rows if r.score <= 0],
+            source=source,
+            metadata={"relevance": {r.pid: r.score for r in rows}},
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# pairs from any format
+
+#: format name -> function(**kwargs) -> Iterator[LabelledPair], for formats whose rows are pairs.
+PAIR_READERS: dict[str, Callable[..., Iterator[LabelledPair]]] = {}
+
+
+def register_pairs(name: str):
+    def deco(fn: Callable[..., Iterator[LabelledPair]]) -> Callable[..., Iterator[LabelledPair]]:
+        PAIR_READERS[name] = fn
+        return fn
+
+    return deco
+
+
+def examples_to_pairs(examples: Iterable[QueryExample], label_source: str = "human") -> Iterator[LabelledPair]:
+    """Positives as label-1 pairs and negatives as label-0 pairs (label source from the example's
+    ``metadata["label_source"]`` when set)."""
+    for ex in examples:
+        src = ex.metadata.get("label_source", label_source)
+        for label, group in ((1.0, ex.positives), (0.0, ex.negatives)):
+            for p in group:
+                try:
+                    yield LabelledPair(ex.id, ex.query, p, label, src)
+                except RecordError as e:  # an unknown label source is a programming error
+                    raise ValueError(str(e)) from None
+
+
+def open_pairs(fmt: str, **kwargs: Any) -> Iterator[LabelledPair]:
+    """Labelled pairs of ``fmt``: its own pair reader if it has one, else derived from its queries."""
+    from . import FORMATS, _load_all, open_source
+
+    _load_all()
+    if fmt in PAIR_READERS:
+        return PAIR_READERS[fmt](**kwargs)
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; known formats: {', '.join(sorted(FORMATS))}")
+    src = open_source(fmt, **kwargs)
+    return examples_to_pairs(src.queries(), src.info.get("label_source", "human"))

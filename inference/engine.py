@@ -1,0 +1,363 @@
+"""Scoring engine and the evaluator object that :func:`inference.load` returns.
+
+:class:`ScoringEngine` turns many (query, passage) texts into one relevance logit each, for
+throughput:
+
+1. tokenise in large chunks with the fast tokenizer (the training :class:`PairEncoder`, so the
+   model sees exactly what it was trained on: the passage is truncated, never the query);
+2. sort each chunk by token length (longest first, so an out-of-memory error shows at once) and cut
+   it into batches under a padded-token budget (``batch_tokens``), so short pairs run in large
+   batches and long ones in small;
+3. pad each batch to its own longest sequence with vectorised numpy (no per-pair Python on the hot
+   path), run it under ``torch.inference_mode`` (optionally bfloat16 autocast), and write the logits
+   back at the pairs' input positions.
+
+:class:`Evaluator` adds the manifest's calibration and thresholds: ``score`` (calibrated
+probabilities), ``score_raw`` (``sigmoid(z)``) and ``grade`` (CRAG's Correct / Ambiguous /
+Incorrect per chunk and per query).
+
+Empty (or whitespace-only) queries and passages are rejected with ``ValueError`` naming the pair:
+there is no relevance to score, and a number for them would look like evidence.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from data_prep.records import Passage
+from training.calibration import Calibration
+from training.modeling import EncodeStats, EvaluatorSpec, PairEncoder, label_token_ids, relevance_logits
+
+from .loading import Export, ExportError, LoadOptions, load_adapter_model, load_full_model, load_tokenizer, register_task
+from .metrics import action_of, query_action
+
+logger = logging.getLogger(__name__)
+
+#: padded tokens per forward pass, by device type (CPU: cache-sized; accelerators: large)
+DEFAULT_BATCH_TOKENS = {"cpu": 8192, "mps": 16384, "cuda": 65536}
+DEFAULT_PASSAGE_FORMAT = "{title}. {text}"
+
+
+class ScoringEngine:
+    """One relevance logit per (query, passage) text pair, in input order."""
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        spec: EvaluatorSpec,
+        device: torch.device,
+        label_ids: tuple[int, int] | None = None,
+        autocast_dtype: torch.dtype | None = None,
+        batch_tokens: int | None = None,
+        max_batch_size: int = 256,
+        chunk_pairs: int = 8192,
+    ):
+        self.model = model.to(device).eval()
+        self.tokenizer = tokenizer
+        self.spec = spec
+        self.encoder = PairEncoder(tokenizer, spec)
+        self.device = device
+        self.label_ids = label_ids
+        self.autocast_dtype = autocast_dtype
+        self.batch_tokens = int(batch_tokens or DEFAULT_BATCH_TOKENS.get(device.type, 8192))
+        if self.batch_tokens < spec.max_length:
+            raise ValueError(f"batch_tokens ({self.batch_tokens}) must be at least max_length ({spec.max_length})")
+        self.max_batch_size = max_batch_size
+        self.chunk_pairs = chunk_pairs
+        self.pad_id = tokenizer.pad_token_id
+        self.stats = EncodeStats()  # cumulative over the engine's life
+
+    # -- planning ------------------------------------------------------------------------------
+    def plan_batches(self, lengths: np.ndarray) -> list[np.ndarray]:
+        """Indices into ``lengths`` grouped into batches: longest first, each batch's
+        ``size * longest`` within the token budget."""
+        order = np.argsort(-lengths, kind="stable")
+        batches, i, n = [], 0, len(order)
+        while i < n:
+            width = int(lengths[order[i]])
+            size = max(1, min(self.max_batch_size, self.batch_tokens // max(width, 1), n - i))
+            batches.append(order[i : i + size])
+            i += size
+        return batches
+
+    @staticmethod
+    def _flatten(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        lengths = np.fromiter(map(len, seqs), dtype=np.int64, count=len(seqs))
+        offsets = np.zeros(len(seqs), dtype=np.int64)
+        np.cumsum(lengths[:-1], out=offsets[1:])
+        flat = np.fromiter(itertools.chain.from_iterable(seqs), dtype=np.int64, count=int(lengths.sum()))
+        return flat, offsets, lengths
+
+    @staticmethod
+    def _pad(flat: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, idx: np.ndarray, pad: int) -> tuple[np.ndarray, np.ndarray]:
+        """``[len(idx), longest]`` ids and attention mask for rows ``idx`` (right padding)."""
+        lens = lengths[idx]
+        width = int(lens.max())
+        cols = np.arange(width)
+        mask = cols[None, :] < lens[:, None]
+        out = np.full((len(idx), width), pad, dtype=np.int64)
+        out[mask] = flat[(offsets[idx][:, None] + cols[None, :])[mask]]
+        return out, mask.astype(np.int64)
+
+    # -- scoring -------------------------------------------------------------------------------
+    def _forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.autocast_dtype is not None:
+            with torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype):
+                return relevance_logits(self.model, batch, self.spec.head, self.label_ids)
+        return relevance_logits(self.model, batch, self.spec.head, self.label_ids)
+
+    def _score_chunk(self, queries: Sequence[str], passages: Sequence[str], out: np.ndarray, bar) -> EncodeStats:
+        enc, stats = self.encoder.encode(queries, passages)
+        flat, offsets, lengths = self._flatten(enc["input_ids"])
+        tt = self._flatten(enc["token_type_ids"])[0] if "token_type_ids" in enc else None
+        non_blocking = self.device.type == "cuda"
+        for idx in self.plan_batches(lengths):
+            ids, mask = self._pad(flat, offsets, lengths, idx, self.pad_id)
+            batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+            if tt is not None:
+                batch["token_type_ids"] = torch.from_numpy(self._pad(tt, offsets, lengths, idx, 0)[0])
+            if self.device.type != "cpu":
+                batch = {k: v.to(self.device, non_blocking=non_blocking) for k, v in batch.items()}
+            out[idx] = self._forward(batch).float().cpu().numpy()
+            if bar is not None:
+                bar.update(len(idx))
+        return stats
+
+    @torch.inference_mode()
+    def logits(self, queries: Sequence[str], passages: Sequence[str], progress: bool = False,
+               desc: str = "scoring") -> tuple[np.ndarray, EncodeStats]:
+        """Logits (float64, input order) and the truncation counts of this call."""
+        if len(queries) != len(passages):
+            raise ValueError(f"{len(queries)} queries but {len(passages)} passages")
+        n = len(queries)
+        out = np.empty(n, dtype=np.float64)
+        stats = EncodeStats()
+        bar = tqdm(total=n, desc=desc, unit=" pairs", disable=None, mininterval=1.0) if progress else None
+        try:
+            for s in range(0, n, self.chunk_pairs):
+                stats.add(self._score_chunk(queries[s : s + self.chunk_pairs], passages[s : s + self.chunk_pairs], out, bar))
+        finally:
+            if bar is not None:
+                bar.close()
+        self.stats.add(stats)
+        return out, stats
+
+
+# --------------------------------------------------------------------------------------------
+# the evaluator
+
+
+@dataclass
+class ChunkGrade:
+    """One chunk of a graded query: its position in the input, calibrated score and action."""
+
+    index: int
+    score: float
+    action: str
+    passage_id: str | None = None
+
+
+@dataclass
+class Grade:
+    """CRAG's decision for one query: per-chunk actions and the query-level action (any Correct ->
+    Correct; else any Ambiguous -> Ambiguous; else Incorrect; no chunks -> Incorrect)."""
+
+    query: str
+    action: str
+    chunks: list[ChunkGrade]
+    theta_high: float
+    theta_low: float | None  # None: two-tier mode (no Ambiguous)
+    passages_truncated: int = 0
+
+    @property
+    def scores(self) -> list[float]:
+        return [c.score for c in self.chunks]
+
+    def ranked(self) -> list[ChunkGrade]:
+        """Chunks by score, best first (ties keep input order)."""
+        return sorted(self.chunks, key=lambda c: -c.score)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _check_thresholds(theta_high: float, theta_low: float | None) -> None:
+    for name, v in (("theta_high", theta_high), ("theta_low", theta_low)):
+        if v is not None and not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
+            raise ValueError(f"{name} must be a number in [0, 1], got {v!r}")
+    if theta_low is not None and theta_low > theta_high:
+        raise ValueError(f"theta_low ({theta_low}) must not exceed theta_high ({theta_high})")
+
+
+class Evaluator:
+    """A loaded retrieval evaluator: calibrated relevance probabilities and CRAG actions.
+
+    ``pairs`` are ``(query, passage)`` tuples; a passage is a string or a
+    :class:`~data_prep.records.Passage` (formatted with the manifest's ``passage_format``,
+    ``"{title}. {text}"``, as in training).
+    """
+
+    task = "evaluator"
+
+    def __init__(self, engine: ScoringEngine, calibration: Calibration, theta_high: float, theta_low: float,
+                 passage_format: str = DEFAULT_PASSAGE_FORMAT, manifest: dict[str, Any] | None = None,
+                 path: str | None = None):
+        _check_thresholds(theta_high, theta_low)
+        self.engine = engine
+        self.calibration = calibration
+        self.theta_high = float(theta_high)
+        self.theta_low = float(theta_low)
+        self.passage_format = passage_format
+        self.manifest = manifest or {}
+        self.path = path
+
+    def __repr__(self) -> str:
+        return (f"Evaluator(path={self.path!r}, head={self.engine.spec.head!r}, device={str(self.engine.device)!r}, "
+                f"theta_high={self.theta_high:.4f}, theta_low={self.theta_low:.4f})")
+
+    @property
+    def spec(self) -> EvaluatorSpec:
+        return self.engine.spec
+
+    @property
+    def device(self) -> torch.device:
+        return self.engine.device
+
+    # -- inputs --------------------------------------------------------------------------------
+    def passage_text(self, passage: str | Passage, where: str = "passage") -> str:
+        if isinstance(passage, Passage):
+            text = self.passage_format.format(title=passage.title, text=passage.text) if passage.title else passage.text
+        elif isinstance(passage, str):
+            text = passage
+        else:
+            raise TypeError(f"{where}: a passage must be a str or Passage, got {type(passage).__name__}")
+        if not text.strip():
+            raise ValueError(f"{where}: empty passage (nothing to score)")
+        return text
+
+    def _texts(self, pairs: Iterable[tuple[str, str | Passage]]) -> tuple[list[str], list[str]]:
+        queries, passages = [], []
+        for i, pair in enumerate(pairs):
+            try:
+                q, p = pair
+            except (TypeError, ValueError):
+                raise TypeError(f"pair {i}: expected a (query, passage) tuple, got {type(pair).__name__}") from None
+            if not isinstance(q, str):
+                raise TypeError(f"pair {i}: the query must be a str, got {type(q).__name__}")
+            if not q.strip():
+                raise ValueError(f"pair {i}: empty query (nothing to score)")
+            queries.append(q)
+            passages.append(self.passage_text(p, f"pair {i}"))
+        return queries, passages
+
+    # -- scores --------------------------------------------------------------------------------
+    def logits(self, pairs: Iterable[tuple[str, str | Passage]], progress: bool = False) -> np.ndarray:
+        """The model's relevance logit ``z`` per pair (float64, input order)."""
+        queries, passages = self._texts(pairs)
+        return self.engine.logits(queries, passages, progress=progress)[0]
+
+    def calibrate(self, logits: Sequence[float] | np.ndarray) -> np.ndarray:
+        """``sigmoid(a * z + b)`` with the manifest's calibration."""
+        return self.calibration.apply(logits)
+
+    @staticmethod
+    def sigmoid(logits: Sequence[float] | np.ndarray) -> np.ndarray:
+        z = np.asarray(logits, dtype=np.float64)
+        return 1.0 / (1.0 + np.exp(-z))
+
+    def score(self, pairs: Iterable[tuple[str, str | Passage]], progress: bool = False) -> list[float]:
+        """Calibrated relevance probabilities in [0, 1], one per pair, in input order."""
+        return self.calibrate(self.logits(pairs, progress)).tolist()
+
+    def score_raw(self, pairs: Iterable[tuple[str, str | Passage]], progress: bool = False) -> list[float]:
+        """Uncalibrated ``sigmoid(z)``, one per pair, in input order."""
+        return self.sigmoid(self.logits(pairs, progress)).tolist()
+
+    # -- CRAG decisions ------------------------------------------------------------------------
+    def thresholds(self, theta_high: float | None = None, theta_low: float | None = None,
+                   two_tier: bool = False) -> tuple[float, float | None]:
+        """The thresholds in force: the manifest's unless overridden; ``theta_low`` is ``None`` in
+        two-tier mode (one threshold, no Ambiguous)."""
+        hi = self.theta_high if theta_high is None else float(theta_high)
+        lo = None if two_tier else (self.theta_low if theta_low is None else float(theta_low))
+        if lo is not None and theta_low is None and lo > hi:
+            lo = hi  # theta_high lowered below the manifest's theta_low: no Ambiguous band
+        _check_thresholds(hi, lo)
+        return hi, lo
+
+    def actions(self, scores: Sequence[float], theta_high: float | None = None, theta_low: float | None = None,
+                two_tier: bool = False) -> list[str]:
+        hi, lo = self.thresholds(theta_high, theta_low, two_tier)
+        return [action_of(float(s), hi, lo) for s in scores]
+
+    def grade(self, query: str, chunks: Sequence[str | Passage], theta_high: float | None = None,
+              theta_low: float | None = None, two_tier: bool = False) -> Grade:
+        """Score ``chunks`` against ``query`` and route them as CRAG does."""
+        hi, lo = self.thresholds(theta_high, theta_low, two_tier)
+        if isinstance(chunks, (str, Passage)):
+            raise TypeError("chunks must be a list of passages (got a single one)")
+        chunks = list(chunks)
+        if not chunks:
+            return Grade(query, "Incorrect", [], hi, lo)
+        z, stats = self.engine.logits(*self._texts((query, c) for c in chunks))
+        scores = self.calibrate(z)
+        graded = [ChunkGrade(i, float(s), action_of(float(s), hi, lo), c.id if isinstance(c, Passage) else None)
+                  for i, (s, c) in enumerate(zip(scores, chunks))]
+        return Grade(query, query_action([g.action for g in graded]), graded, hi, lo, stats.passages_truncated)
+
+
+@register_task("evaluator", manifest="evaluator.json", schema_versions=(1,))
+def load_evaluator(export: Export, options: LoadOptions) -> Evaluator:
+    """Build an :class:`Evaluator` from an ``evaluator.json`` export."""
+    head = export.get("model.head", str)
+    weights = export.get("model.weights", str)
+    try:
+        spec = EvaluatorSpec(
+            head=head,
+            max_length=export.get("input.max_length", int),
+            max_query_length=export.get("input.max_query_length", int),
+            input_template=export.get("input.template", (str, type(None)), None),
+            label_tokens=tuple(export.get("input.label_tokens", list, ["true", "false"])),
+        )
+    except ValueError as e:
+        raise ExportError(f"{export.manifest_path}: {e}") from None
+    try:
+        calibration = Calibration(method=export.get("calibration.method", str), a=float(export.get("calibration.a", (int, float))),
+                                  b=float(export.get("calibration.b", (int, float))))
+    except (TypeError, ValueError) as e:
+        raise ExportError(f"{export.manifest_path}: bad calibration ({e})") from None
+    if not (math.isfinite(calibration.a) and math.isfinite(calibration.b)):
+        raise ExportError(f"{export.manifest_path}: calibration a/b must be finite numbers")
+    theta_high = float(export.get("thresholds.theta_high", (int, float)))
+    theta_low = float(export.get("thresholds.theta_low", (int, float)))
+    passage_format = export.get("input.passage_format", str, DEFAULT_PASSAGE_FORMAT)
+    if "{text}" not in passage_format:
+        raise ExportError(f"{export.manifest_path}: input.passage_format must contain {{text}}: {passage_format!r}")
+
+    if weights in ("full", "merged-lora"):
+        model = load_full_model(export, head, options)
+    elif weights == "lora-adapter":
+        model = load_adapter_model(export, head, options)
+    else:
+        raise ExportError(f"{export.manifest_path}: unknown model.weights {weights!r} (full, merged-lora or lora-adapter)")
+    tokenizer = load_tokenizer(export)
+    label_ids = None
+    if head == "seq2seq":
+        try:
+            label_ids = label_token_ids(tokenizer, spec.label_tokens)
+        except ValueError as e:
+            raise ExportError(f"{export.path}: {e}") from None
+    engine = ScoringEngine(model, tokenizer, spec, options.device, label_ids, options.autocast_dtype, options.batch_tokens)
+    try:
+        return Evaluator(engine, calibration, theta_high, theta_low, passage_format, export.manifest, str(export.path))
+    except ValueError as e:
+        raise ExportError(f"{export.manifest_path}: {e}") from None

@@ -1,0 +1,380 @@
+"""Load an export through its manifest, and refuse what this version does not understand.
+
+:func:`load` reads the manifest of an export folder (``evaluator.json`` for the retrieval
+evaluator), checks its schema version and task, checks the weights *before* anything is
+deserialised, and hands the folder to the loader registered for the task:
+
+* a folder without a manifest (not an export, or one whose export was interrupted: exports are
+  renamed into place only after the manifest is written) is refused;
+* an unknown ``schema_version`` or ``task`` is refused, naming the versions and tasks known here;
+* missing weights, safetensors that do not parse (truncated, not safetensors) and weights that do
+  not cover the model (a lost scoring head) are refused;
+* pickle weights (``*.bin``, ``*.pt``, ``*.pth``, ``*.ckpt``) can run arbitrary code when loaded and
+  are refused unless ``trust_pickle=True``.
+
+Tasks register with :func:`register_task`; the answer-existence classifier and the extractor will
+slot in beside ``evaluator`` with their own manifest name and loader.
+
+Device: ``device=None`` picks CUDA, then Apple MPS, then the CPU. Precision: ``dtype=None`` /
+``"fp32"`` runs in float32; ``"bf16"`` runs the forward pass under bfloat16 autocast where the
+device supports it (weights stay float32; fp16 is refused - T5 overflows in fp16).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+DTYPES = ("fp32", "bf16")
+
+
+class ExportError(ValueError):
+    """An export this version cannot (or will not) load; the message names the path and the fix."""
+
+
+@dataclass(frozen=True)
+class TaskType:
+    """A task this package can load: the manifest file that marks its exports, the schema versions
+    understood, and the function that builds the model object."""
+
+    name: str
+    manifest: str
+    schema_versions: tuple[int, ...]
+    loader: Callable[..., Any]
+
+
+#: task name -> TaskType. Filled by :func:`register_task` (the evaluator registers in engine.py).
+TASKS: dict[str, TaskType] = {}
+
+
+def register_task(name: str, manifest: str, schema_versions: tuple[int, ...] = (1,)):
+    """Decorator: ``loader(export: Export, options: LoadOptions) -> model`` loads exports of ``name``."""
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        TASKS[name] = TaskType(name, manifest, tuple(schema_versions), fn)
+        return fn
+
+    return deco
+
+
+def _load_all_tasks() -> None:
+    from . import engine  # noqa: F401  (registers "evaluator")
+
+
+@dataclass
+class Export:
+    """An export folder and its parsed manifest."""
+
+    path: Path
+    manifest_path: Path
+    manifest: dict[str, Any]
+
+    def get(self, dotted: str, kind: type | tuple[type, ...] | None = None, default: Any = ...) -> Any:
+        """``manifest["a"]["b"]`` for ``"a.b"``; a missing or mistyped required key is an ExportError."""
+        cur: Any = self.manifest
+        for part in dotted.split("."):
+            if not isinstance(cur, dict) or part not in cur:
+                if default is not ...:
+                    return default
+                raise ExportError(f"{self.manifest_path}: missing '{dotted}' (the manifest is incomplete)")
+            cur = cur[part]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if kind is not None and (not isinstance(cur, kinds) or isinstance(cur, bool) and bool not in kinds):
+            want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise ExportError(f"{self.manifest_path}: '{dotted}' must be {want}, got {type(cur).__name__}")
+        return cur
+
+
+@dataclass
+class LoadOptions:
+    """What the caller asked for, resolved: device, autocast dtype, pickle trust, batching."""
+
+    device: torch.device
+    autocast_dtype: torch.dtype | None
+    trust_pickle: bool = False
+    batch_tokens: int | None = None
+    base_model: str | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# manifest
+
+
+def read_export(path: str | os.PathLike) -> Export:
+    """The export at ``path`` (a folder, or its manifest file) with its manifest checked."""
+    _load_all_tasks()
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ExportError(f"model folder not found: {p}")
+    if p.is_file():
+        if p.name not in {t.manifest for t in TASKS.values()}:
+            raise ExportError(f"{p}: expected an export folder (or its manifest), got a file")
+        p = p.parent
+    names = sorted({t.manifest for t in TASKS.values()})
+    found = [p / n for n in names if (p / n).is_file()]
+    if not found:
+        hint = ""
+        if p.name.startswith(".") and ".partial-" in p.name:
+            hint = " This is the temporary folder of an export that did not finish."
+        elif any(p.glob("*.safetensors")) or (p / "config.json").exists():
+            hint = " It holds weights but no manifest: an interrupted export, or a plain transformers checkpoint."
+        raise ExportError(
+            f"{p}: no manifest ({' or '.join(names)}); not an export of this package.{hint} "
+            "Exports are written by training/train_evaluator.py (export_dir)."
+        )
+    if len(found) > 1:
+        raise ExportError(f"{p}: several manifests ({', '.join(f.name for f in found)}); one export per folder")
+    mpath = found[0]
+    try:
+        manifest = json.loads(mpath.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ExportError(f"{mpath}: the manifest is not valid JSON ({e})") from None
+    if not isinstance(manifest, dict):
+        raise ExportError(f"{mpath}: the manifest must be a JSON object, got {type(manifest).__name__}")
+    export = Export(p, mpath, manifest)
+    task = manifest.get("task")
+    if task not in TASKS:
+        raise ExportError(
+            f"{mpath}: unknown task {task!r}; this version of inference loads: {', '.join(sorted(TASKS))}"
+        )
+    tt = TASKS[task]
+    version = manifest.get("schema_version")
+    if isinstance(version, bool) or version not in tt.schema_versions:
+        known = ", ".join(map(str, tt.schema_versions))
+        raise ExportError(
+            f"{mpath}: schema_version {version!r} is not supported for task {task!r} (this version reads {known}); "
+            "upgrade crag-evaluators or re-export the model"
+        )
+    if mpath.name != tt.manifest:
+        raise ExportError(f"{mpath}: task {task!r} exports keep their manifest in {tt.manifest}, not {mpath.name}")
+    return export
+
+
+# --------------------------------------------------------------------------------------------
+# device and precision
+
+
+def resolve_device(device: str | torch.device | None = None) -> torch.device:
+    """``None``/``"auto"``: CUDA, then MPS, then CPU. A named device must be available."""
+    if device is None or device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available")
+    if dev.type == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+        raise ValueError(f"device {device!r} requested but MPS is not available")
+    return dev
+
+
+def bf16_supported(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "mps":
+        try:
+            torch.ones(1, dtype=torch.bfloat16, device=device)
+            return True
+        except (RuntimeError, TypeError):
+            return False
+    return device.type == "cpu"  # supported everywhere; fast only with AVX512-BF16/AMX
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for ``dtype`` on ``device`` (``None``: plain float32)."""
+    if dtype in (None, "fp32", "float32", torch.float32):
+        return None
+    if dtype in ("bf16", "bfloat16", torch.bfloat16):
+        if not bf16_supported(device):
+            logger.warning("bf16 requested but %s does not support it: running in fp32", device)
+            return None
+        return torch.bfloat16
+    if dtype in ("fp16", "float16", torch.float16):
+        raise ValueError("fp16 is not supported (T5 overflows to NaN in fp16); use dtype='bf16' or fp32")
+    raise ValueError(f"unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
+
+
+# --------------------------------------------------------------------------------------------
+# weights
+
+
+def _check_safetensors(files: list[Path]) -> None:
+    from safetensors import safe_open
+
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as st:
+                st.keys()
+        except Exception as e:  # safetensors raises its own error types
+            raise ExportError(f"{f}: corrupt or truncated safetensors file ({e}); re-export the model") from None
+
+
+def _pickle_files(folder: Path, stem: str) -> list[Path]:
+    """``pytorch_model.bin``, ``model.pt``, ``adapter_model.bin``, shards of them, ..."""
+    return sorted(f for f in folder.iterdir() if f.is_file() and stem in f.name and f.suffix in PICKLE_SUFFIXES)
+
+
+def weight_files(folder: Path, stem: str, trust_pickle: bool) -> tuple[list[Path], bool]:
+    """The weight files of ``folder`` named ``<stem>.safetensors`` (or sharded with an index),
+    checked to parse; ``(files, is_pickle)``. Pickle-only folders need ``trust_pickle``."""
+    single = folder / f"{stem}.safetensors"
+    index = folder / f"{stem}.safetensors.index.json"
+    if single.is_file():
+        files = [single]
+    elif index.is_file():
+        try:
+            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        except (json.JSONDecodeError, KeyError, AttributeError, TypeError) as e:
+            raise ExportError(f"{index}: not a valid safetensors index ({e})") from None
+        missing = [s for s in shards if not (folder / s).is_file()]
+        if missing:
+            raise ExportError(f"{folder}: missing weight shards {', '.join(missing)} listed in {index.name}")
+        files = [folder / s for s in shards]
+    else:
+        pickles = _pickle_files(folder, stem)
+        if pickles:
+            if not trust_pickle:
+                raise ExportError(
+                    f"{folder}: the weights are pickle files ({', '.join(p.name for p in pickles)}), which can run "
+                    "arbitrary code when loaded; pass trust_pickle=True (CLI: --trust-pickle) only for a model you "
+                    "trust, or re-save it as safetensors"
+                )
+            logger.warning("loading pickle weights %s (trust_pickle=True)", ", ".join(p.name for p in pickles))
+            return pickles, True
+        raise ExportError(f"{folder}: missing weights (expected {single.name}); the export is incomplete")
+    _check_safetensors(files)
+    return files, False
+
+
+def _missing_keys_error(where: Path, missing: list[str], what: str) -> ExportError:
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    return ExportError(f"{where}: the weights lack {len(missing)} tensors the {what} needs ({shown}); "
+                       "the export is incomplete or belongs to another architecture")
+
+
+def load_full_model(export: Export, head: str, options: LoadOptions):
+    """``from_pretrained`` of a full (or merged-LoRA) export; every tensor must come from the file."""
+    from training.modeling import load_backbone
+
+    _, is_pickle = weight_files(export.path, "model", options.trust_pickle)
+    try:
+        model, info = load_backbone(str(export.path), head, dtype=torch.float32, use_safetensors=not is_pickle,
+                                    output_loading_info=True)
+    except ExportError:
+        raise
+    except (OSError, ValueError, RuntimeError) as e:
+        raise ExportError(f"{export.path}: cannot load the weights ({e})") from None
+    problems = list(info.get("missing_keys") or [])
+    if problems:
+        raise _missing_keys_error(export.path, sorted(problems), "model")
+    mism = info.get("mismatched_keys") or []
+    if mism:
+        raise ExportError(f"{export.path}: weight shapes do not match the config for {len(mism)} tensors "
+                          f"(e.g. {list(mism)[0]}); the export is corrupt")
+    return model
+
+
+def _base_model_path(export: Export, options: LoadOptions) -> str:
+    from training.modeling import resolve_model_path
+
+    tried = []
+    for cand in (options.base_model, export.get("model.base_model", str, None), export.get("model.backbone", str, None)):
+        if not cand:
+            continue
+        tried.append(cand)
+        try:
+            path = resolve_model_path(cand)
+        except FileNotFoundError:
+            continue
+        if Path(path).exists():
+            return path
+    raise ExportError(f"{export.path}: a LoRA adapter export needs its base model, which was not found "
+                      f"(tried {', '.join(map(repr, tried)) or 'nothing'}); pass base_model=PATH")
+
+
+def load_adapter_model(export: Export, head: str, options: LoadOptions):
+    """Base model + the export's LoRA adapter (whose ``modules_to_save`` must hold the scoring head),
+    merged for inference."""
+    from peft import PeftModel
+
+    from training.modeling import load_backbone
+
+    _, is_pickle = weight_files(export.path, "adapter_model", options.trust_pickle)
+    cfg_file = export.path / "adapter_config.json"
+    if not cfg_file.is_file():
+        raise ExportError(f"{export.path}: missing adapter_config.json (a lora-adapter export needs it)")
+    try:
+        adapter_cfg = json.loads(cfg_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ExportError(f"{cfg_file}: not valid JSON ({e})") from None
+    base_path = _base_model_path(export, options)
+    try:
+        base, info = load_backbone(base_path, head, dtype=torch.float32, output_loading_info=True,
+                                   use_safetensors=None if options.trust_pickle else True)
+    except (OSError, ValueError, RuntimeError) as e:
+        raise ExportError(f"{export.path}: cannot load the base model {base_path} ({e})") from None
+    saved = set(adapter_cfg.get("modules_to_save") or [])
+    uncovered = [k for k in info.get("missing_keys") or [] if not any(part in saved for part in k.split("."))]
+    if uncovered:
+        raise _missing_keys_error(export.path, sorted(uncovered), "model (base weights + adapter modules_to_save)")
+    try:
+        model = PeftModel.from_pretrained(base, str(export.path), is_trainable=False)
+    except (OSError, ValueError, RuntimeError, KeyError) as e:
+        raise ExportError(f"{export.path}: cannot load the LoRA adapter ({e})") from None
+    if is_pickle:
+        logger.warning("adapter loaded from pickle weights (trust_pickle=True)")
+    return model.merge_and_unload()
+
+
+def load_tokenizer(export: Export):
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(export.path))
+    except (OSError, ValueError) as e:
+        raise ExportError(f"{export.path}: cannot load the tokenizer ({e})") from None
+    if not getattr(tok, "is_fast", False):
+        logger.warning("%s: no fast tokenizer; tokenising will be slower", export.path)
+    if tok.pad_token_id is None:
+        raise ExportError(f"{export.path}: the tokenizer has no pad token")
+    return tok
+
+
+# --------------------------------------------------------------------------------------------
+# entry point
+
+
+def load(
+    path: str | os.PathLike,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    trust_pickle: bool = False,
+    batch_tokens: int | None = None,
+    base_model: str | None = None,
+):
+    """Load the export at ``path`` as the object for its task (an :class:`~inference.engine.Evaluator`
+    for ``task: evaluator``).
+
+    ``device``: ``None`` (CUDA, MPS, CPU in that order) or a torch device string. ``dtype``: ``None``
+    or ``"fp32"``, or ``"bf16"`` (autocast where supported). ``trust_pickle``: allow ``.bin``/``.pt``
+    weights. ``batch_tokens``: padded-token budget per forward pass (default per device).
+    ``base_model``: base weights for a LoRA-adapter export, when the path in its manifest is gone.
+    """
+    export = read_export(path)
+    dev = resolve_device(device)
+    options = LoadOptions(dev, resolve_dtype(dtype, dev), trust_pickle, batch_tokens, base_model)
+    task = TASKS[export.manifest["task"]]
+    logger.info("loading %s export %s on %s%s", task.name, export.path, dev,
+                " (bf16 autocast)" if options.autocast_dtype is not None else "")
+    return task.loader(export, options)

@@ -1,0 +1,178 @@
+"""Train -> calibrate -> export, as one function the entry script calls (and tests call directly)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from inference.metrics import evaluate_scores
+
+from . import calibration as cal
+from .config import EvaluatorConfig
+from .data import (Collator, DataProblem, EncodedGroups, EncodedPairs, check_labels, load_groups, load_pairs,
+                   resolve_data_files)
+from .export import SCHEMA_VERSION, file_sha256, git_commit, package_version, save_model_weights, write_export
+from .modeling import (EvaluatorSpec, PairEncoder, head_module_names, infer_head, label_token_ids, load_backbone,
+                       resolve_model_path)
+from .trainer import EvaluatorTrainer, check_launch, make_compute_metrics, training_arguments
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainResult:
+    export_dir: Path | None
+    dev_metrics: dict[str, Any]
+    manifest: dict[str, Any] | None
+    model: Any = None  # the trained model in memory (PeftModel under LoRA)
+
+
+def build_spec(cfg: EvaluatorConfig, model_path: str) -> EvaluatorSpec:
+    head = infer_head(model_path) if cfg.head == "auto" else cfg.head
+    return EvaluatorSpec(head=head, max_length=cfg.max_length, max_query_length=cfg.max_query_length,
+                         input_template=cfg.input_template, label_tokens=tuple(cfg.label_tokens))
+
+
+def apply_lora(model, cfg: EvaluatorConfig, head: str):
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    task = TaskType.SEQ_2_SEQ_LM if head == "seq2seq" else TaskType.SEQ_CLS
+    lcfg = LoraConfig(task_type=task, r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=cfg.lora_target_modules, modules_to_save=head_module_names(model) or None)
+    model = get_peft_model(model, lcfg)
+    if int(os.environ.get("RANK", "0")) == 0:
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        total = sum(p.numel() for p in model.parameters())
+        logger.info("LoRA: %d of %d parameters trainable (%.2f%%)", trainable, total, 100 * trainable / total)
+    return model
+
+
+def _meta_info(cfg: EvaluatorConfig, train_file: str) -> dict[str, Any]:
+    for base in ([Path(cfg.dataset_dir)] if cfg.dataset_dir else []) + [Path(train_file).parent.parent, Path(train_file).parent]:
+        meta = base / "meta.json"
+        if meta.exists():
+            info = json.loads(meta.read_text(encoding="utf-8"))
+            return {"meta_file": str(meta), "meta_sha256": file_sha256(meta), "counts": info.get("counts")}
+    return {}
+
+
+def train_evaluator(cfg: EvaluatorConfig) -> TrainResult:
+    from accelerate import PartialState
+    from transformers import AutoTokenizer, set_seed
+
+    state = PartialState()
+    check_launch(state)
+    model_path = resolve_model_path(cfg.model_name_or_path)
+    spec = build_spec(cfg, model_path)
+    set_seed(cfg.seed)
+
+    # --- data ------------------------------------------------------------------------------
+    train_file, dev_file = resolve_data_files(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    label_ids = label_token_ids(tokenizer, spec.label_tokens) if spec.head == "seq2seq" else None
+    encoder = PairEncoder(tokenizer, spec)
+    dev_pairs = load_pairs(dev_file, cfg.max_dev_examples, cfg.seed, whole_queries=True)
+    dev_pos, _ = check_labels([p.label for p in dev_pairs], "the dev split", dev_file)
+    if cfg.loss == "group-ce":
+        groups = load_groups(train_file, cfg.group_size, cfg.max_train_examples, cfg.seed)
+        train_ds = EncodedGroups(groups, encoder)
+        n_train = len(groups)
+    else:
+        pairs = load_pairs(train_file, cfg.max_train_examples, cfg.seed)
+        check_labels([p.label for p in pairs], "the training set", train_file)
+        train_ds = EncodedPairs(pairs, encoder)
+        n_train = len(pairs)
+    dev_ds = EncodedPairs(dev_pairs, encoder)
+    logger.info("train: %d examples from %s (%d passages truncated); dev: %d pairs (%d positive) from %s",
+                n_train, train_file, train_ds.stats.passages_truncated, len(dev_ds), dev_pos, dev_file)
+
+    # --- model -----------------------------------------------------------------------------
+    model = load_backbone(model_path, spec.head)
+    if tokenizer.pad_token_id is None:
+        raise DataProblem(f"tokenizer of {model_path} has no pad token")
+    if cfg.use_lora:
+        model = apply_lora(model, cfg, spec.head)
+
+    # --- train -----------------------------------------------------------------------------
+    args = training_arguments(cfg, has_dev=True)
+    trainer = EvaluatorTrainer(
+        model=model, args=args, train_dataset=train_ds, eval_dataset=dev_ds, data_collator=Collator(tokenizer.pad_token_id),
+        processing_class=tokenizer, compute_metrics=make_compute_metrics(dev_ds.query_ids), head=spec.head,
+        loss_name=cfg.loss, label_ids=label_ids, pos_weight=cfg.pos_weight, head_learning_rate=cfg.head_learning_rate,
+        group_by_length=cfg.group_by_length,
+    )
+    resume = cfg.resume_from_checkpoint
+    if resume == "auto":
+        from transformers.trainer_utils import get_last_checkpoint
+
+        resume = get_last_checkpoint(cfg.output_dir) if Path(cfg.output_dir).is_dir() else None
+        if resume:
+            logger.info("resuming from %s", resume)
+    train_out = trainer.train(resume_from_checkpoint=resume)
+
+    # --- calibrate on dev, choose thresholds, export ------------------------------------------
+    pred = trainer.predict(dev_ds)
+    logits = np.asarray(pred.predictions, dtype=np.float64).reshape(-1)
+    labels = np.asarray(dev_ds.labels, dtype=np.float64)
+    if not np.isfinite(logits).all():
+        raise FloatingPointError("non-finite dev scores after training (diverged); lower the learning rate or use bf16/fp32")
+    result = TrainResult(None, {}, None)
+    if not trainer.is_world_process_zero():
+        return result
+    calib = cal.fit_calibration(logits, labels, cfg.calibration)
+    probs = calib.apply(logits)
+    if cfg.theta_high is not None and cfg.theta_low is not None:
+        th = cal.Thresholds(cfg.theta_high, cfg.theta_low, "fixed", cfg.precision_target, cfg.npv_target,
+                            len(labels), int((labels >= 0.5).sum()))
+    else:
+        th = cal.search_thresholds(probs, labels, cfg.precision_target, cfg.npv_target, cfg.min_dev_pairs)
+        if cfg.theta_high is not None or cfg.theta_low is not None:
+            th.theta_high = cfg.theta_high if cfg.theta_high is not None else th.theta_high
+            th.theta_low = cfg.theta_low if cfg.theta_low is not None else min(th.theta_low, th.theta_high)
+            th.method += "+fixed"
+    raw_probs = 1.0 / (1.0 + np.exp(-logits))
+    dev_metrics = evaluate_scores(probs, labels, th.theta_high, th.theta_low, query_ids=dev_ds.query_ids)
+    raw_metrics = evaluate_scores(raw_probs, labels, 0.5, None, query_ids=dev_ds.query_ids)
+    calib_info = {**calib.to_dict(), **cal.calibration_report(logits, labels, calib), "fitted_on": "dev", "dev_pairs": len(labels)}
+
+    manifest: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "task": "evaluator",
+        "package": {"name": "crag-evaluators", "version": package_version(), "git_commit": git_commit()},
+        "model": {"backbone": cfg.model_name_or_path, "head": spec.head},
+        "input": {"template": spec.input_template, "label_tokens": list(spec.label_tokens),
+                  "max_length": spec.max_length, "max_query_length": spec.max_query_length,
+                  "passage_format": "{title}. {text}"},
+        "score": "sigmoid(a * logit + b)",
+        "calibration": calib_info,
+        "thresholds": th.to_dict(),
+        "metrics": {"dev": dev_metrics, "dev_raw_at_0.5": raw_metrics},
+        "training": {
+            "config": cfg.to_dict(),
+            "global_step": train_out.global_step,
+            "world_size": trainer.args.world_size,
+            "train_loss": train_out.training_loss,
+            "best_checkpoint": trainer.state.best_model_checkpoint,
+            "best_metric": trainer.state.best_metric,
+            "data": {"train_file": train_file, "train_sha256": file_sha256(train_file), "train_examples": n_train,
+                     "dev_file": dev_file, "dev_sha256": file_sha256(dev_file), "dev_pairs": len(labels),
+                     "passages_truncated": train_ds.stats.passages_truncated, **_meta_info(cfg, train_file)},
+        },
+    }
+
+    def contents(tmp: Path) -> dict[str, Any]:
+        info = save_model_weights(trainer.model, tokenizer, tmp, merge_lora=cfg.merge_lora)
+        cal.write_plots(tmp / "plots", probs, labels, th, raw_probs=raw_probs)
+        return {"model": {**manifest["model"], **info}}
+
+    out = write_export(cfg.export_dir, contents, manifest)
+    logger.info("export written to %s", out)
+    return TrainResult(out, dev_metrics, manifest, trainer.model)
