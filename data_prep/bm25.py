@@ -2,8 +2,10 @@
 
 * ``bm25s`` (default, the fast path): a bm25s index (CSC matrix of precomputed per-term scores)
   built from pre-tokenised documents by a vectorised numpy builder, saved to disk and loaded back
-  with ``mmap=True``; queries are answered in batches by ``bm25s.BM25.retrieve`` (``n_threads``),
-  on bm25s's numpy backend, or its numba backend for large runs (:func:`resolve_backend`).
+  with ``mmap=True``. Large runs answer queries in batches with bm25s's numba backend
+  (``bm25s.BM25.retrieve(..., n_threads=...)``); small ones, where numba's ~25 s compile does not
+  pay off, score with bm25s's numpy code (``get_scores_from_ids``) and select the top k themselves
+  (bm25s's numpy top-k is ~10x slower on mostly-zero scores). See :func:`resolve_backend`.
 * ``rank-bm25`` (the reference): ``rank_bm25.BM25Okapi`` in memory.
 
 Scoring. BM25Okapi scores ``sum_t idf(t) * tf (k1+1) / (tf + k1 (1 - b + b dl/avgdl))`` with
@@ -224,8 +226,10 @@ def build_csc(
 
 #: bm25s retrieval backends; "auto" picks numba for workloads where its compile time pays off.
 BACKENDS = ("auto", "numpy", "numba")
-#: queries x documents above which "auto" picks numba (numpy scores ~2e7 query-documents/s here).
-NUMBA_MIN_WORK = 1e9
+#: queries x passages from which "auto" picks numba. Measured on 2 cores: the numpy path answers
+#: ~2,700 q/s at 50k passages and ~600 at 300k (1.4-1.8e8 query-passages/s), numba ~5,500 and ~1,300
+#: after compiling for ~20-25 s, so numba pays off from ~5e9 (e.g. 5,000 queries over 1M passages).
+NUMBA_MIN_WORK = 5e9
 
 
 def resolve_backend(requested: str, n_queries: int, n_docs: int) -> str:
@@ -300,15 +304,29 @@ class Bm25sEngine:
         k = min(k, self.n_docs)
         if not live or k <= 0:
             return out
-        docs, scores = self.retriever.retrieve(
-            [ids[i] for i in live], k=k, sorted=True, show_progress=False, n_threads=n_threads
-        )
-        for j, i in enumerate(live):
-            keep = scores[j] > 0
-            rows, sc = np.asarray(docs[j][keep], dtype=np.int64), np.asarray(scores[j][keep], dtype=np.float32)
-            order = np.lexsort((rows, -sc))  # canonical order: score descending, then row
-            out[i] = (rows[order], sc[order])
+        if self.backend == "numba":
+            docs, scores = self.retriever.retrieve(
+                [ids[i] for i in live], k=k, sorted=True, show_progress=False, n_threads=n_threads
+            )
+            for j, i in enumerate(live):
+                out[i] = _canonical(np.asarray(docs[j], dtype=np.int64), np.asarray(scores[j], dtype=np.float32))
+        else:
+            # bm25s scores; our own top-k: bm25s's numpy top-k (argpartition(scores, -k)) takes
+            # ~2 ms on 50k mostly-zero scores, selecting from the negated scores ~0.2 ms; threads
+            # only contend for the GIL here, so queries run one after the other
+            for i in live:
+                sc = self.retriever.get_scores_from_ids(ids[i])
+                top = np.argpartition(-sc, k - 1)[:k] if k < len(sc) else np.arange(len(sc))
+                out[i] = _canonical(top.astype(np.int64), sc[top].astype(np.float32))
         return out
+
+
+def _canonical(rows: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Hits with a positive score, by score descending then row (ties broken the same way always)."""
+    keep = scores > 0
+    rows, scores = rows[keep], scores[keep]
+    order = np.lexsort((rows, -scores))
+    return rows[order], scores[order]
 
 
 class RankBM25Engine:
@@ -409,10 +427,13 @@ def _tokenize_store(store: CorpusStore, tokenizer: Tokenizer, show_progress: boo
     return flat, lens, dict(vocab)
 
 
-def _save_bm25s(directory: Path, flat: array, lens: array, vocab: dict[str, int], params: BM25Params, show_progress: bool) -> float:
+def _save_bm25s(
+    directory: Path, flat: array, lens: array, vocab: dict[str, int], params: BM25Params, show_progress: bool
+) -> float:
     """Build the bm25s arrays and save them to ``directory/bm25s`` (via a temporary folder)."""
     t0 = time.perf_counter()
-    csc = build_csc(np.frombuffer(flat, dtype=np.int32), np.frombuffer(lens, dtype=np.int64), len(vocab), params, show_progress=show_progress)
+    ids, lengths = np.frombuffer(flat, dtype=np.int32), np.frombuffer(lens, dtype=np.int64)
+    csc = build_csc(ids, lengths, len(vocab), params, show_progress=show_progress)
     tmp = directory / f".{BM25S_DIR}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -490,7 +511,8 @@ def open_index(
     else:
         if kept is None:
             store = CorpusStore(index_dir)
-            kept = [tokenizer(p.full_text(" ")) for p in tqdm(store, total=len(store), desc="Tokenise stored corpus", disable=not show_progress)]
+            bar = tqdm(store, total=len(store), desc="Tokenise stored corpus", disable=not show_progress)
+            kept = [tokenizer(p.full_text(" ")) for p in bar]
             store.close()
         t1 = time.perf_counter()
         eng = RankBM25Engine(kept, params)
@@ -539,7 +561,9 @@ def _build_index_dir(index_dir, corpus, tok, tokenizer, engine, params, show_pro
     return info, kept, timings
 
 
-def topk_agreement(a: Sequence[int], b: Sequence[int], b_scores: np.ndarray | None = None, k: int | None = None, rel_tol: float = 1e-5) -> float:
+def topk_agreement(
+    a: Sequence[int], b: Sequence[int], b_scores: np.ndarray | None = None, k: int | None = None, rel_tol: float = 1e-5
+) -> float:
     """Share of ``a``'s top-k found in ``b``'s top-k; with ``b_scores`` (the full score vector of
     ``b``'s engine), a document of ``a`` that is missing from ``b`` but ties ``b``'s k-th score
     (within ``rel_tol``) also counts: the two lists differ only in how ties were broken."""

@@ -10,11 +10,11 @@ negatives and are counted. An optional dense filter drops a candidate whose simi
 query (a local sentence-embedding model) is within ``dense_margin`` of the best positive's. A share
 ``easy_ratio`` of the negatives are random corpus passages outside the retrieved list.
 
-Why skip the first ranks: on the bundled NQ-open sample, hits at BM25 ranks 1-3 that are not the
-gold passage contain a gold answer far more often than deeper hits (docs/benchmarks.md, "Mining"),
-and unlabelled relevant passages concentrate in the same ranks (sentence-transformers #2639,
-FlagEmbedding #826); the answer filter removes the lexical ones, the skip the rest. Ranks below
-100 are mostly unrelated to the query and teach little.
+Why the default window 3:100: on the bundled NQ-open sample, BM25 hits other than the gold passage
+contain a gold answer 13%, 7% and 4% of the time at ranks 1, 2 and 3, against 2.8% at ranks 4-5 and
+under 2% from rank 6 (docs/benchmarks.md, "Mining"). The answer filter drops those wherever they
+are; skipping ranks 1-3 also avoids the ranks where relevant passages that word the answer
+differently are most likely (sentence-transformers #2639, FlagEmbedding #826).
 
 Determinism: the random choices of a query come from ``random.Random(f"{seed}:{query_id}:...")``,
 so a query's negatives do not depend on sharding, batch size or thread count.
@@ -27,8 +27,8 @@ skips finished shards, and refuses to continue when the parameters, the corpus o
 changed, unless ``--overwrite``. When every shard exists they are merged into
 ``DIR/examples.jsonl`` (:class:`~data_prep.records.QueryExample` JSONL; each negative's metadata
 has ``rank`` (1-based BM25 rank, null for easy ones), ``score`` (BM25 score), ``kind``
-(``hard``/``easy``) and, with the dense filter, ``dense_sim``) and ``DIR/meta.json`` (parameters, tokenizer, corpus hash and size, counts,
-timings, package versions).
+(``hard``/``easy``) and, with the dense filter, ``dense_sim``) and ``DIR/meta.json``
+(parameters, tokenizer, corpus hash and size, counts, timings, package versions).
 """
 
 from __future__ import annotations
@@ -164,7 +164,9 @@ def _text_key(text: str) -> str:
 class _QueryState:
     """One query's candidates, walked in sampling order, with the filters applied lazily."""
 
-    def __init__(self, q: QueryExample, rows: np.ndarray, scores: np.ndarray, cfg: MiningConfig, index: BM25Index, counts: Counter):
+    def __init__(
+        self, q: QueryExample, rows: np.ndarray, scores: np.ndarray, cfg: MiningConfig, index: BM25Index, counts: Counter
+    ):
         self.q = q
         self.cfg = cfg
         self.index = index
@@ -226,7 +228,8 @@ class _QueryState:
             if self._has_answer(p):
                 self.counts["dropped_answer_match"] += 1
                 continue
-            out.append(Passage(id=p.id, text=p.text, title=p.title, metadata=dict(p.metadata, rank=None, score=None, kind="easy")))
+            meta = dict(p.metadata, rank=None, score=None, kind="easy")
+            out.append(Passage(id=p.id, text=p.text, title=p.title, metadata=meta))
         return out
 
 
@@ -384,7 +387,8 @@ def _check_run(out: Path, run: dict[str, Any], overwrite: bool) -> None:
             diffs = [k for k in sorted(set(old) | set(run)) if old.get(k) != run.get(k)]
             if "params" in diffs:
                 diffs.remove("params")
-                diffs += [f"params.{k}" for k in sorted(set(old["params"]) | set(run["params"])) if old["params"].get(k) != run["params"].get(k)]
+                keys = sorted(set(old["params"]) | set(run["params"]))
+                diffs += [f"params.{k}" for k in keys if old["params"].get(k) != run["params"].get(k)]
             raise ValueError(
                 f"{out} holds a mining run with other settings or inputs ({', '.join(diffs)} differ); "
                 "rerun with --overwrite to discard it, or choose another --output"
@@ -488,7 +492,8 @@ def _run_shard(out: Path, work: Path, index: BM25Index, cfg: MiningConfig, i: in
             bar.update(len(batch))
     bar.close()
     timings["total_s"] = time.perf_counter() - t0
-    write_json(stats_path, {"shard": i, "queries": [lo, hi], "counts": dict(counts), "timings": {k: round(v, 3) for k, v in timings.items()}})
+    stats = {"shard": i, "queries": [lo, hi], "counts": dict(counts), "timings": {k: round(v, 3) for k, v in timings.items()}}
+    write_json(stats_path, stats)
 
 
 def _write_batch(f, examples: list[QueryExample]) -> None:
@@ -603,19 +608,24 @@ def register(subparsers) -> None:
     g.add_argument("--no-lowercase", action="store_true", help="keep case")
     g.add_argument("--jieba-mode", choices=("search", "accurate"), default="search", help="zh: cut_for_search or lcut")
     g.add_argument("--bm25-backend", choices=BACKENDS, default="auto",
-                   help="bm25s retrieval backend; auto: numba (compiles once, ~20x faster) when queries x passages >= 1e9")
+                   help="bm25s retrieval backend; auto: numba (compiles once in ~25 s, then 2-6x faster) "
+                   "when queries x passages >= 5e9")
     g.add_argument("--k1", type=float, default=1.5, help="BM25 term-frequency saturation")
     g.add_argument("--b", type=float, default=0.75, help="BM25 length normalisation")
 
     g = p.add_argument_group("negatives")
     g.add_argument("--depth", type=int, default=100, help="hits retrieved per query")
-    g.add_argument("--window", default="3:100", help="rank window START:END to draw hard negatives from, a Python slice of the ranked hits (3:100 = ranks 4-100)")
+    g.add_argument("--window", default="3:100",
+                   help="rank window START:END to draw hard negatives from, a Python slice of the ranked hits "
+                   "(3:100 = ranks 4-100)")
     g.add_argument("--negatives", type=int, default=7, help="negatives per query")
     g.add_argument("--sampling", choices=SAMPLING, default="top", help="best valid hits of the window, or random ones")
     g.add_argument("--easy-ratio", type=float, default=0.0, help="share of random corpus passages among the negatives")
     g.add_argument("--keep-answer-hits", action="store_true", help="do not drop hits that contain a gold answer")
-    g.add_argument("--dense-model", help="local sentence-embedding folder for the margin filter ('default': bundled all-MiniLM-L6-v2)")
-    g.add_argument("--dense-margin", type=float, default=0.05, help="drop candidates whose similarity is within this of the positive's")
+    g.add_argument("--dense-model",
+                   help="local sentence-embedding folder for the margin filter ('default': bundled all-MiniLM-L6-v2)")
+    g.add_argument("--dense-margin", type=float, default=0.05,
+                   help="drop candidates whose similarity is within this of the best positive's")
     g.add_argument("--seed", type=int, default=13)
 
     g = p.add_argument_group("scale")
@@ -667,5 +677,5 @@ def main(args: argparse.Namespace) -> int:
         if rejects is not None:
             rejects.close()
     if meta is None:
-        logger.warning("shard done; run the remaining shards (or rerun without --shard) to merge into %s", out / "examples.jsonl")
+        logger.warning("shard done; run the other shards (or rerun without --shard) to merge into %s", out / "examples.jsonl")
     return 0

@@ -244,7 +244,7 @@ class Evaluator:
             raise ValueError(f"{where}: empty passage (nothing to score)")
         return text
 
-    def _texts(self, pairs: Iterable[tuple[str, str | Passage]]) -> tuple[list[str], list[str]]:
+    def texts(self, pairs: Iterable[tuple[str, str | Passage]]) -> tuple[list[str], list[str]]:
         queries, passages = [], []
         for i, pair in enumerate(pairs):
             try:
@@ -262,7 +262,7 @@ class Evaluator:
     # -- scores --------------------------------------------------------------------------------
     def logits(self, pairs: Iterable[tuple[str, str | Passage]], progress: bool = False) -> np.ndarray:
         """The model's relevance logit ``z`` per pair (float64, input order)."""
-        queries, passages = self._texts(pairs)
+        queries, passages = self.texts(pairs)
         return self.engine.logits(queries, passages, progress=progress)[0]
 
     def calibrate(self, logits: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -308,7 +308,7 @@ class Evaluator:
         chunks = list(chunks)
         if not chunks:
             return Grade(query, "Incorrect", [], hi, lo)
-        z, stats = self.engine.logits(*self._texts((query, c) for c in chunks))
+        z, stats = self.engine.logits(*self.texts((query, c) for c in chunks))
         scores = self.calibrate(z)
         graded = [ChunkGrade(i, float(s), action_of(float(s), hi, lo), c.id if isinstance(c, Passage) else None)
                   for i, (s, c) in enumerate(zip(scores, chunks))]

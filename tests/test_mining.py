@@ -4,6 +4,8 @@ shards with kill/resume, index reuse, dense margin filter, and the CLI on the bu
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -25,6 +27,10 @@ def _source(passages: list[Passage], queries: list[QueryExample], name: str = "t
 
 @pytest.fixture(scope="module")
 def nq_small() -> tuple[list[Passage], list[QueryExample]]:
+    return _nq_small()
+
+
+def _nq_small() -> tuple[list[Passage], list[QueryExample]]:
     """Real questions, gold passages and answers: the first 150 rows of the NQ-open sample."""
     passages, queries, by_text = [], [], {}
     for i, r in enumerate(nq_rows(150)):
@@ -178,6 +184,29 @@ def test_shards_resume_after_kill_and_equal_an_uninterrupted_run(tmp_path, nq_sm
     whole = run_mining(src, tmp_path / "whole", _cfg(sampling="random", easy_ratio=0.25, num_shards=1))
     assert (out / "examples.jsonl").read_bytes() == (tmp_path / "whole" / "examples.jsonl").read_bytes()
     assert whole["counts"] == meta["counts"]
+
+
+def test_process_killed_after_a_shard_resumes(tmp_path, nq_small):
+    """A real abrupt exit (os._exit, no cleanup) right after shard 0 of 2 was written."""
+    script = tmp_path / "killed_run.py"
+    script.write_text(
+        "import os, sys\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        "from tests.test_mining import _nq_small, _source, _cfg\n"
+        "from data_prep.mining import run_mining\n"
+        "ps, qs = _nq_small()\n"
+        f"run_mining(_source(ps, qs), {str(tmp_path / 'out')!r}, _cfg(num_shards=2), on_shard_done=lambda i: os._exit(9))\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 9, proc.stderr[-2000:]
+    out = tmp_path / "out"
+    assert shard_paths(out, 0, 2)[0].exists() and not shard_paths(out, 1, 2)[0].exists()
+    stamp = shard_paths(out, 0, 2)[0].stat().st_mtime_ns
+    done: list[int] = []
+    run_mining(_source(*nq_small), out, _cfg(num_shards=2), on_shard_done=done.append)
+    assert done == [1] and shard_paths(out, 0, 2)[0].stat().st_mtime_ns == stamp
+    run_mining(_source(*nq_small), tmp_path / "whole", _cfg())
+    assert (out / "examples.jsonl").read_bytes() == (tmp_path / "whole" / "examples.jsonl").read_bytes()
 
 
 def test_one_shard_at_a_time_then_merge(tmp_path, nq_small):

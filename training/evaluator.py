@@ -160,6 +160,7 @@ def train_evaluator(cfg: EvaluatorConfig) -> TrainResult:
             "global_step": train_out.global_step,
             "world_size": trainer.args.world_size,
             "train_loss": train_out.training_loss,
+            "train_runtime": train_out.metrics.get("train_runtime"),
             "best_checkpoint": trainer.state.best_model_checkpoint,
             "best_metric": trainer.state.best_metric,
             "data": {"train_file": train_file, "train_sha256": file_sha256(train_file), "train_examples": n_train,

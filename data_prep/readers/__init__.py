@@ -43,10 +43,20 @@ def register_format(name: str, help: str):
 def open_source(fmt: str, **kwargs: Any) -> Source:
     """Open ``fmt`` with the paths and options in ``kwargs`` (``input``, ``corpus``, ``queries``,
     ``qrels``, ``split``, ``rejects``, format-specific options)."""
+    import inspect
+
     _load_all()
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; known formats: {', '.join(sorted(FORMATS))}")
-    return FORMATS[fmt][0](**kwargs)
+    opener = FORMATS[fmt][0]
+    params = inspect.signature(opener).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        unknown = sorted(k for k, v in kwargs.items() if k not in params and v is not None)
+        if unknown:
+            takes = ", ".join(p for p in params if p != "rejects")
+            raise ValueError(f"format {fmt!r} does not take {', '.join(unknown)} (it takes: {takes})")
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    return opener(**kwargs)
 
 
 def _load_all() -> None:
