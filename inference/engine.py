@@ -46,8 +46,80 @@ DEFAULT_BATCH_TOKENS = {"cpu": 8192, "mps": 16384, "cuda": 65536}
 DEFAULT_PASSAGE_FORMAT = "{title}. {text}"
 
 
+#: below this many rows (tokens in the batch) the plain MKL ``nn.Linear`` is as fast or faster
+#: (grading a handful of chunks); above it the packed oneDNN path wins (bulk scoring)
+FAST_PATH_MIN_ROWS = 2048
+
+
+class PackedLinear(torch.nn.Module):
+    """``nn.Linear`` on the CPU through oneDNN with the weight pre-packed once, optionally with the
+    following activation fused into the matrix product (``attr="gelu"``, exact erf GELU). Inputs of
+    fewer than ``min_rows`` rows go through the original layer (kept as ``.linear``)."""
+
+    def __init__(self, linear: torch.nn.Linear, attr: str = "none", algorithm: str = "",
+                 min_rows: int = FAST_PATH_MIN_ROWS):
+        super().__init__()
+        self.linear = linear
+        self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None),
+                             persistent=False)
+        self.attr, self.algorithm, self.min_rows = attr, algorithm, min_rows
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+
+    @property
+    def weight(self) -> torch.Tensor:  # some models read ``.weight.dtype``
+        return self.linear.weight
+
+    @property
+    def bias(self) -> torch.Tensor | None:
+        return self.linear.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() < self.min_rows * self.in_features:
+            y = self.linear(x)
+            return torch.nn.functional.gelu(y) if self.attr == "gelu" else y
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, self.linear.bias, self.attr, [], self.algorithm)
+
+
+def cpu_fast_path_available() -> bool:
+    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+
+
+def pack_linears(model: torch.nn.Module, swapped: list[tuple[torch.nn.Module, str, torch.nn.Module]]) -> None:
+    """Swap every ``nn.Linear`` of ``model`` for a :class:`PackedLinear`, fusing the exact GELU of
+    BERT-style ``intermediate`` blocks (``dense`` + ``intermediate_act_fn``). What was replaced is
+    appended to ``swapped`` as ``(parent, attribute, original)`` as it happens, so that
+    :func:`unpack_linears` can undo it even after a failure halfway."""
+    for mod in list(model.modules()):
+        act = getattr(mod, "intermediate_act_fn", None)
+        dense = getattr(mod, "dense", None)
+        if isinstance(dense, torch.nn.Linear) and type(act).__name__ == "GELUActivation" and \
+                getattr(act, "act", None) is torch.nn.functional.gelu:
+            packed = PackedLinear(dense, "gelu", "none")
+            swapped += [(mod, "dense", dense), (mod, "intermediate_act_fn", act)]
+            mod.dense = packed
+            mod.intermediate_act_fn = torch.nn.Identity()
+        for name, child in list(mod.named_children()):
+            if type(child) is torch.nn.Linear:
+                packed = PackedLinear(child)
+                swapped.append((mod, name, child))
+                setattr(mod, name, packed)
+
+
+def unpack_linears(swapped: list[tuple[torch.nn.Module, str, torch.nn.Module]]) -> None:
+    for parent, name, original in reversed(swapped):
+        setattr(parent, name, original)
+
+
 class ScoringEngine:
-    """One relevance logit per (query, passage) text pair, in input order."""
+    """One relevance logit per (query, passage) text pair, in input order.
+
+    On the CPU in float32, batches of at least ``FAST_PATH_MIN_ROWS`` tokens run their linear layers
+    through oneDNN with pre-packed weights (and BERT's GELU fused into its matrix product), faster
+    than ``nn.Linear``'s MKL path on the 2-core benchmark machine (docs/benchmarks.md); smaller
+    batches keep ``nn.Linear``. It is switched on only after a probe batch scores within 1e-4 of the
+    plain model, and falls back to it otherwise (``cpu_fast_path=False`` to skip).
+    """
 
     def __init__(
         self,
@@ -60,6 +132,7 @@ class ScoringEngine:
         batch_tokens: int | None = None,
         max_batch_size: int = 256,
         chunk_pairs: int = 8192,
+        cpu_fast_path: bool = True,
     ):
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
@@ -75,6 +148,39 @@ class ScoringEngine:
         self.chunk_pairs = chunk_pairs
         self.pad_id = tokenizer.pad_token_id
         self.stats = EncodeStats()  # cumulative over the engine's life
+        self.fast_path = False
+        if cpu_fast_path and device.type == "cpu" and autocast_dtype is None and cpu_fast_path_available():
+            self.fast_path = self._enable_fast_path()
+
+    def _enable_fast_path(self) -> bool:
+        """Pack the linears, keep them only if a probe batch (with padding) scores as before."""
+        words = "the first nobel prize in physics was awarded to wilhelm conrad roentgen in 1901 for x rays".split()
+        probe_q = ["who won the first nobel prize in physics", "when"]
+        probe_p = [" ".join(words * 3), " ".join(words[:5])]
+        swapped: list[tuple[torch.nn.Module, str, torch.nn.Module]] = []
+        before = self.logits(probe_q, probe_p)[0]
+        try:
+            pack_linears(self.model, swapped)
+            self._set_min_rows(0)  # the probe must go through the packed path
+            after = self.logits(probe_q, probe_p)[0]
+            self._set_min_rows(FAST_PATH_MIN_ROWS)
+            ok = bool(np.all(np.abs(after - before) <= 1e-4 * np.maximum(1.0, np.abs(before))))
+            why = "its probe scores differ from the plain model's"
+        except Exception as e:  # a torch build without the op, a model that reads Linear internals, ...
+            ok, why = False, f"{type(e).__name__}: {e}"
+        if not ok:
+            unpack_linears(swapped)
+            logger.warning("CPU fast path off (%s): using nn.Linear", why)
+            self.stats = EncodeStats()
+            return False
+        self.stats = EncodeStats()
+        logger.debug("CPU fast path on: %d modules swapped for oneDNN", len(swapped))
+        return True
+
+    def _set_min_rows(self, n: int) -> None:
+        for m in self.model.modules():
+            if isinstance(m, PackedLinear):
+                m.min_rows = n
 
     # -- planning ------------------------------------------------------------------------------
     def plan_batches(self, lengths: np.ndarray) -> list[np.ndarray]:
@@ -356,7 +462,8 @@ def load_evaluator(export: Export, options: LoadOptions) -> Evaluator:
             label_ids = label_token_ids(tokenizer, spec.label_tokens)
         except ValueError as e:
             raise ExportError(f"{export.path}: {e}") from None
-    engine = ScoringEngine(model, tokenizer, spec, options.device, label_ids, options.autocast_dtype, options.batch_tokens)
+    engine = ScoringEngine(model, tokenizer, spec, options.device, label_ids, options.autocast_dtype, options.batch_tokens,
+                           cpu_fast_path=options.cpu_fast_path)
     try:
         return Evaluator(engine, calibration, theta_high, theta_low, passage_format, export.manifest, str(export.path))
     except ValueError as e:

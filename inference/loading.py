@@ -103,6 +103,7 @@ class LoadOptions:
     trust_pickle: bool = False
     batch_tokens: int | None = None
     base_model: str | None = None
+    cpu_fast_path: bool = True
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,8 +272,6 @@ def load_full_model(export: Export, head: str, options: LoadOptions):
     try:
         model, info = load_backbone(str(export.path), head, dtype=torch.float32, use_safetensors=not is_pickle,
                                     output_loading_info=True)
-    except ExportError:
-        raise
     except (OSError, ValueError, RuntimeError) as e:
         raise ExportError(f"{export.path}: cannot load the weights ({e})") from None
     problems = list(info.get("missing_keys") or [])
@@ -362,6 +361,7 @@ def load(
     trust_pickle: bool = False,
     batch_tokens: int | None = None,
     base_model: str | None = None,
+    cpu_fast_path: bool = True,
 ):
     """Load the export at ``path`` as the object for its task (an :class:`~inference.engine.Evaluator`
     for ``task: evaluator``).
@@ -370,10 +370,12 @@ def load(
     or ``"fp32"``, or ``"bf16"`` (autocast where supported). ``trust_pickle``: allow ``.bin``/``.pt``
     weights. ``batch_tokens``: padded-token budget per forward pass (default per device).
     ``base_model``: base weights for a LoRA-adapter export, when the path in its manifest is gone.
+    ``cpu_fast_path``: on the CPU in fp32, run linear layers through oneDNN with pre-packed weights
+    (checked against the plain model on a probe batch at load; see :class:`~inference.engine.ScoringEngine`).
     """
     export = read_export(path)
     dev = resolve_device(device)
-    options = LoadOptions(dev, resolve_dtype(dtype, dev), trust_pickle, batch_tokens, base_model)
+    options = LoadOptions(dev, resolve_dtype(dtype, dev), trust_pickle, batch_tokens, base_model, cpu_fast_path)
     task = TASKS[export.manifest["task"]]
     logger.info("loading %s export %s on %s%s", task.name, export.path, dev,
                 " (bf16 autocast)" if options.autocast_dtype is not None else "")

@@ -424,3 +424,26 @@ def test_cli_evaluate_equals_metrics_module(t5_export, data, dev_pairs, tmp_path
     simple.write_text(json.dumps({"query": "q", "passage": "p"}) + "\n")
     assert _run("evaluate", "--model", t5_export, "--data", simple, "--output-json", tmp_path / "x.json") == 2
     assert not (tmp_path / "x.json").exists()
+
+
+def test_cpu_fast_path_is_checked_and_falls_back(ce_export, ce, dev_pairs, monkeypatch):
+    from inference import engine as eng
+
+    if not eng.cpu_fast_path_available():
+        pytest.skip("this torch build has no oneDNN linear")
+    assert ce.engine.fast_path and any(isinstance(m, eng.PackedLinear) for m in ce.engine.model.modules())
+    monkeypatch.setattr(eng, "FAST_PATH_MIN_ROWS", 0)  # every batch through the packed path
+    fast = inference.load(ce_export, device="cpu")
+    assert all(m.min_rows == 0 for m in fast.engine.model.modules() if isinstance(m, eng.PackedLinear))
+    plain = inference.load(ce_export, device="cpu", cpu_fast_path=False)
+    assert not plain.engine.fast_path and not any(isinstance(m, eng.PackedLinear) for m in plain.engine.model.modules())
+    pairs = [(p.query, p.passage) for p in dev_pairs[:20]]
+    np.testing.assert_allclose(fast.score_raw(pairs), plain.score_raw(pairs), atol=1e-6)
+    np.testing.assert_allclose(ce.score_raw(pairs), plain.score_raw(pairs), atol=1e-6)
+    # a packed layer that computes something else is caught on the probe batch and undone
+    orig = eng.PackedLinear.forward
+    monkeypatch.setattr(eng.PackedLinear, "forward", lambda self, x: orig(self, x) + 0.01)
+    wrong = inference.load(ce_export, device="cpu")
+    assert not wrong.engine.fast_path
+    assert not any(isinstance(m, eng.PackedLinear) for m in wrong.engine.model.modules())
+    np.testing.assert_allclose(wrong.score_raw(pairs), plain.score_raw(pairs), atol=1e-7)
