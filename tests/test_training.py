@@ -208,8 +208,8 @@ def test_bad_input_stops_before_training(tiny_bert, data, tmp_path):
 
     with pytest.raises(DataError, match=r"bad_label.jsonl:2: .*label 1.5 is outside \[0, 1\]"):
         train_evaluator(cfg_for(tiny_bert, data, tmp_path, train_file=str(bad_label)))
-    with pytest.raises(FileNotFoundError, match="model path does not exist: ./no/such/model"):
-        train_evaluator(cfg_for(Path("./no/such/model"), data, tmp_path))
+    with pytest.raises(FileNotFoundError, match="model path does not exist: /no/such/model"):
+        train_evaluator(cfg_for(Path("/no/such/model"), data, tmp_path))
     assert not (tmp_path / "run").exists(), "nothing may start training on bad input"
 
 
