@@ -198,15 +198,21 @@ class _QueryState:
             r = self.order[self.pos]
             self.pos += 1
             p = self.index.store[int(self.rows[r])]
-            if self._is_positive(p):
-                self.counts["dropped_positive"] += 1
-                continue
-            if self._has_answer(p):
-                self.counts["dropped_answer_match"] += 1
+            if self._dropped(p):
                 continue
             meta = dict(p.metadata, rank=r + 1, score=round(float(self.scores[r]), 4), kind="hard")
             out.append(Passage(id=p.id, text=p.text, title=p.title, metadata=meta))
         return out
+
+    def _dropped(self, p: Passage) -> bool:
+        """A positive or a passage holding a gold answer is no negative; count why it was dropped."""
+        if self._is_positive(p):
+            self.counts["dropped_positive"] += 1
+            return True
+        if self._has_answer(p):
+            self.counts["dropped_answer_match"] += 1
+            return True
+        return False
 
     def easy(self, k: int) -> list[Passage]:
         """``k`` random corpus passages outside the retrieved hits, positives and answer holders."""
@@ -222,11 +228,7 @@ class _QueryState:
                 continue
             taken.add(row)
             p = self.index.store[row]
-            if self._is_positive(p):
-                self.counts["dropped_positive"] += 1
-                continue
-            if self._has_answer(p):
-                self.counts["dropped_answer_match"] += 1
+            if self._dropped(p):
                 continue
             meta = dict(p.metadata, rank=None, score=None, kind="easy")
             out.append(Passage(id=p.id, text=p.text, title=p.title, metadata=meta))
