@@ -111,6 +111,61 @@ def unpack_linears(swapped: list[tuple[torch.nn.Module, str, torch.nn.Module]]) 
         setattr(parent, name, original)
 
 
+class FirstTokenLayer(torch.nn.Module):
+    """The last layer of a BERT-style encoder computed for the first position only.
+
+    A sequence-classification head (BERT's pooler, RoBERTa's and ELECTRA's heads) reads only the
+    first token of the last layer, so that layer needs keys and values for every token but queries,
+    attention output and feed-forward for one: about 5/6 of its work is skipped (~14% of a 6-layer
+    model). The maths of the first row is unchanged: the same modules and the model's own attention
+    function run on it. The output has sequence length 1."""
+
+    def __init__(self, layer: torch.nn.Module):
+        super().__init__()
+        self.layer = layer
+
+    @staticmethod
+    def supports(layer: torch.nn.Module) -> bool:
+        att = getattr(layer, "attention", None)
+        sa = getattr(att, "self", None)
+        return (sa is not None and all(isinstance(getattr(sa, n, None), torch.nn.Module) for n in ("query", "key", "value"))
+                and hasattr(sa, "attention_head_size") and hasattr(sa, "scaling") and hasattr(att, "output")
+                and hasattr(layer, "feed_forward_chunk") and not getattr(layer, "add_cross_attention", False)
+                and getattr(getattr(sa, "config", None), "_attn_implementation", None) in ("sdpa", "eager"))
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, *args, **kwargs) -> torch.Tensor:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+        from transformers.models.bert.modeling_bert import eager_attention_forward
+
+        att = self.layer.attention
+        sa = att.self
+        b, n, _ = hidden_states.shape
+        first = hidden_states[:, :1]
+        q = sa.query(first).view(b, 1, -1, sa.attention_head_size).transpose(1, 2)
+        k = sa.key(hidden_states).view(b, n, -1, sa.attention_head_size).transpose(1, 2)
+        v = sa.value(hidden_states).view(b, n, -1, sa.attention_head_size).transpose(1, 2)
+        if attention_mask is not None and attention_mask.dim() == 4:
+            attention_mask = attention_mask[:, :, :1, :]
+        fn = ALL_ATTENTION_FUNCTIONS.get_interface(sa.config._attn_implementation, eager_attention_forward)
+        out, _ = fn(sa, q, k, v, attention_mask, dropout=0.0, scaling=sa.scaling)
+        out = att.output(out.reshape(b, 1, -1).contiguous(), first)
+        return self.layer.feed_forward_chunk(out)
+
+
+def first_token_head(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s classification head reads only the first position of the last layer
+    (BERT pooler, RoBERTa / ELECTRA heads): the models :class:`FirstTokenLayer` may serve."""
+    return type(model).__name__ in ("BertForSequenceClassification", "RobertaForSequenceClassification",
+                                    "XLMRobertaForSequenceClassification", "ElectraForSequenceClassification",
+                                    "CamembertForSequenceClassification")
+
+
+def encoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList | None:
+    base = getattr(model, "base_model", None)
+    layers = getattr(getattr(base, "encoder", None), "layer", None)
+    return layers if isinstance(layers, torch.nn.ModuleList) and len(layers) else None
+
+
 class ScoringEngine:
     """One relevance logit per (query, passage) text pair, in input order.
 
@@ -133,6 +188,7 @@ class ScoringEngine:
         max_batch_size: int = 256,
         chunk_pairs: int = 8192,
         cpu_fast_path: bool = True,
+        first_token_layer: bool = True,
     ):
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
@@ -149,33 +205,58 @@ class ScoringEngine:
         self.pad_id = tokenizer.pad_token_id
         self.stats = EncodeStats()  # cumulative over the engine's life
         self.fast_path = False
+        self.first_token_layer = first_token_layer and self._enable_first_token_layer()
         if cpu_fast_path and device.type == "cpu" and autocast_dtype is None and cpu_fast_path_available():
             self.fast_path = self._enable_fast_path()
 
-    def _enable_fast_path(self) -> bool:
-        """Pack the linears, keep them only if a probe batch (with padding) scores as before."""
+    def _probe_logits(self) -> np.ndarray:
         words = "the first nobel prize in physics was awarded to wilhelm conrad roentgen in 1901 for x rays".split()
-        probe_q = ["who won the first nobel prize in physics", "when"]
-        probe_p = [" ".join(words * 3), " ".join(words[:5])]
-        swapped: list[tuple[torch.nn.Module, str, torch.nn.Module]] = []
-        before = self.logits(probe_q, probe_p)[0]
+        probe_q = ["who won the first nobel prize in physics", "when", "who discovered x rays"]
+        probe_p = [" ".join(words * 3), " ".join(words[:5]), " ".join(words * 2)]
+        return self.logits(probe_q, probe_p)[0]
+
+    def _try_speedup(self, name: str, apply, undo, probe_setup=None, probe_teardown=None) -> bool:
+        """Apply a speed-up, keep it only if probe pairs (of unequal lengths, so with padding) score
+        within 1e-4 of the model as it was; undo it otherwise."""
+        before = self._probe_logits()
         try:
-            pack_linears(self.model, swapped)
-            self._set_min_rows(0)  # the probe must go through the packed path
-            after = self.logits(probe_q, probe_p)[0]
-            self._set_min_rows(FAST_PATH_MIN_ROWS)
+            apply()
+            if probe_setup:
+                probe_setup()
+            after = self._probe_logits()
+            if probe_teardown:
+                probe_teardown()
             ok = bool(np.all(np.abs(after - before) <= 1e-4 * np.maximum(1.0, np.abs(before))))
             why = "its probe scores differ from the plain model's"
         except Exception as e:  # a torch build without the op, a model that reads Linear internals, ...
             ok, why = False, f"{type(e).__name__}: {e}"
         if not ok:
-            unpack_linears(swapped)
-            logger.warning("CPU fast path off (%s): using nn.Linear", why)
-            self.stats = EncodeStats()
-            return False
+            undo()
+            logger.warning("%s off (%s)", name, why)
         self.stats = EncodeStats()
-        logger.debug("CPU fast path on: %d modules swapped for oneDNN", len(swapped))
-        return True
+        return ok
+
+    def _enable_first_token_layer(self) -> bool:
+        layers = encoder_layers(self.model)
+        if self.spec.head != "cross-encoder" or not first_token_head(self.model) or layers is None \
+                or not FirstTokenLayer.supports(layers[-1]):
+            return False
+        original = layers[-1]
+
+        def apply():
+            layers[-1] = FirstTokenLayer(original)
+
+        def undo():
+            layers[-1] = original
+
+        return self._try_speedup("first-token last layer", apply, undo)
+
+    def _enable_fast_path(self) -> bool:
+        """Pack the linears through oneDNN (the probe goes through the packed path)."""
+        swapped: list[tuple[torch.nn.Module, str, torch.nn.Module]] = []
+        return self._try_speedup("CPU fast path", lambda: pack_linears(self.model, swapped), lambda: unpack_linears(swapped),
+                                 probe_setup=lambda: self._set_min_rows(0),
+                                 probe_teardown=lambda: self._set_min_rows(FAST_PATH_MIN_ROWS))
 
     def _set_min_rows(self, n: int) -> None:
         for m in self.model.modules():
@@ -463,7 +544,7 @@ def load_evaluator(export: Export, options: LoadOptions) -> Evaluator:
         except ValueError as e:
             raise ExportError(f"{export.path}: {e}") from None
     engine = ScoringEngine(model, tokenizer, spec, options.device, label_ids, options.autocast_dtype, options.batch_tokens,
-                           cpu_fast_path=options.cpu_fast_path)
+                           cpu_fast_path=options.cpu_fast_path, first_token_layer=options.first_token_layer)
     try:
         return Evaluator(engine, calibration, theta_high, theta_low, passage_format, export.manifest, str(export.path))
     except ValueError as e:

@@ -104,6 +104,7 @@ class LoadOptions:
     batch_tokens: int | None = None
     base_model: str | None = None
     cpu_fast_path: bool = True
+    first_token_layer: bool = True
 
 
 # --------------------------------------------------------------------------------------------
@@ -362,6 +363,7 @@ def load(
     batch_tokens: int | None = None,
     base_model: str | None = None,
     cpu_fast_path: bool = True,
+    first_token_layer: bool = True,
 ):
     """Load the export at ``path`` as the object for its task (an :class:`~inference.engine.Evaluator`
     for ``task: evaluator``).
@@ -372,10 +374,13 @@ def load(
     ``base_model``: base weights for a LoRA-adapter export, when the path in its manifest is gone.
     ``cpu_fast_path``: on the CPU in fp32, run linear layers through oneDNN with pre-packed weights
     (checked against the plain model on a probe batch at load; see :class:`~inference.engine.ScoringEngine`).
+    ``first_token_layer``: for BERT-style cross-encoders, compute the last layer for the first
+    position only, the one the classification head reads (checked the same way).
     """
     export = read_export(path)
     dev = resolve_device(device)
-    options = LoadOptions(dev, resolve_dtype(dtype, dev), trust_pickle, batch_tokens, base_model, cpu_fast_path)
+    options = LoadOptions(dev, resolve_dtype(dtype, dev), trust_pickle, batch_tokens, base_model, cpu_fast_path,
+                          first_token_layer)
     task = TASKS[export.manifest["task"]]
     logger.info("loading %s export %s on %s%s", task.name, export.path, dev,
                 " (bf16 autocast)" if options.autocast_dtype is not None else "")

@@ -83,6 +83,11 @@ def main() -> int:
     result["ours_dev_auc"] = man["metrics"]["dev"]["auc"]
     result["ours_dev_mrr@10"] = man["metrics"]["dev"].get("mrr@10")
     result["ours_loss"] = cfg.loss
+    result["ours_attention_dropout"] = cfg.attention_dropout
+    th = man["thresholds"]
+    result["ours_thresholds"] = {k: th[k] for k in ("theta_high", "theta_low", "method")}
+    result["ours_dev_at_theta_high"] = {k: man["metrics"]["dev"].get(k) for k in ("accuracy", "precision", "recall", "f1")}
+    result["ours_calibration"] = {k: man["calibration"].get(k) for k in ("method", "ece_before", "ece_after")}
     print(f"ours: {result['ours_samples_per_s']:.2f} pairs/s, dev AUC {result['ours_dev_auc']:.4f}", flush=True)
 
     # --- sentence-transformers ----------------------------------------------------------------

@@ -71,6 +71,19 @@ def test_threshold_search_on_constructed_scores():
     assert th.theta_low <= th.theta_high
 
 
+def test_threshold_search_is_not_pushed_up_by_one_top_negative():
+    # the highest-scored pair is a negative; below it 30 positives, then 70 negatives
+    s = np.r_[[0.99], np.linspace(0.95, 0.65, 30), np.linspace(0.6, 0.0, 70)]
+    y = np.r_[[0], np.ones(30), np.zeros(70)].astype(int)
+    th = search_thresholds(s, y, precision_target=0.9, npv_target=0.9)
+    # precision(score >= 0.65) = 30/31 = 0.968; at s[31] = 0.6 it is 30/32 = 0.9375, at s[32] 30/33 = 0.909,
+    # at s[33] 30/34 = 0.882: the lowest threshold reaching 0.9 is s[32]
+    assert th.theta_high == pytest.approx(s[32])
+    # every pair below 0.65 is negative, so NPV(score < t) = 1 up to t = 0.65
+    assert th.theta_low == pytest.approx(0.65) or th.theta_low == th.theta_high
+    assert th.method == "dev-search"
+
+
 def test_threshold_search_separates_bands():
     s = np.r_[np.linspace(0.0, 0.3, 40), np.linspace(0.3, 0.7, 20), np.linspace(0.7, 1.0, 40)]
     y = np.r_[np.zeros(40), np.tile([0, 1], 10), np.ones(40)].astype(int)

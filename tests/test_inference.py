@@ -447,3 +447,30 @@ def test_cpu_fast_path_is_checked_and_falls_back(ce_export, ce, dev_pairs, monke
     assert not wrong.engine.fast_path
     assert not any(isinstance(m, eng.PackedLinear) for m in wrong.engine.model.modules())
     np.testing.assert_allclose(wrong.score_raw(pairs), plain.score_raw(pairs), atol=1e-7)
+
+
+def test_first_token_last_layer_scores_as_the_full_model(ce_export, ce, dev_pairs, monkeypatch):
+    from inference import engine as eng
+
+    layers = eng.encoder_layers(ce.engine.model)
+    assert ce.engine.first_token_layer and isinstance(layers[-1], eng.FirstTokenLayer)
+    full = inference.load(ce_export, device="cpu", first_token_layer=False, cpu_fast_path=False)
+    assert not full.engine.first_token_layer
+    assert not any(isinstance(m, eng.FirstTokenLayer) for m in full.engine.model.modules())
+    pairs = [(p.query, p.passage) for p in dev_pairs[:40]]  # unequal lengths: padded batches
+    np.testing.assert_allclose(ce.score_raw(pairs), full.score_raw(pairs), atol=1e-6)
+    # single pairs (no padding) too
+    for pair in pairs[:3]:
+        np.testing.assert_allclose(ce.score_raw([pair]), full.score_raw([pair]), atol=1e-6)
+    # a first-token layer that computes something else is caught on the probe and undone
+    orig = eng.FirstTokenLayer.forward
+    monkeypatch.setattr(eng.FirstTokenLayer, "forward", lambda self, h, *a, **k: orig(self, h, *a, **k) * 1.01)
+    wrong = inference.load(ce_export, device="cpu", cpu_fast_path=False)
+    assert not wrong.engine.first_token_layer
+    assert not isinstance(eng.encoder_layers(wrong.engine.model)[-1], eng.FirstTokenLayer)
+    np.testing.assert_allclose(wrong.score_raw(pairs), full.score_raw(pairs), atol=1e-7)
+
+
+def test_first_token_layer_left_out_where_the_head_reads_every_position(t5_export):
+    t5 = inference.load(t5_export, device="cpu")
+    assert not t5.engine.first_token_layer

@@ -183,6 +183,21 @@ def test_config_errors(tmp_path):
         "max_steps": 5, "bf16": True, "label_tokens": ["relevant", "irrelevant"]}
 
 
+def test_attention_dropout_setting(tiny_bert, tiny_t5):
+    from training.modeling import attention_dropout_kwargs, load_backbone
+
+    assert attention_dropout_kwargs(str(tiny_bert), None) == {}
+    kw = attention_dropout_kwargs(str(tiny_bert), 0.0)
+    assert kw == {"attention_probs_dropout_prob": 0.0}
+    model = load_backbone(str(tiny_bert), "cross-encoder", **kw)
+    assert model.config.attention_probs_dropout_prob == 0.0 and model.config.hidden_dropout_prob > 0
+    assert all(m.dropout.p == 0.0 for m in model.modules() if hasattr(m, "attention_head_size"))
+    with pytest.raises(ValueError, match="has no separate attention dropout"):
+        attention_dropout_kwargs(str(tiny_t5), 0.0)
+    with pytest.raises(ConfigError, match="config 'attention_dropout': 1.5 is not in"):
+        build_config(None, {"attention_dropout": 1.5})
+
+
 def _write(path: Path, rows):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return path

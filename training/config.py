@@ -47,7 +47,8 @@ class EvaluatorConfig:
     dataset_dir: str | None = opt(None, "A `python -m data_prep build` output; train/dev files are taken from its evaluator/ folder when train_file is unset.")
     prepare_data: dict[str, Any] = opt({}, "If dataset_dir is missing, build it first: {format, input, mined_dir, mine: {...}, build: {...}} (mining and building run once; training never re-mines).")
     max_train_examples: int | None = opt(None, "Cap on training examples (after shuffling with the seed).")
-    max_dev_examples: int | None = opt(None, "Cap on dev pairs (whole queries are kept).")
+    max_dev_examples: int | None = opt(None, "Cap on dev pairs for the periodic evaluation during training (whole queries are kept).")
+    max_calibration_examples: int | None = opt(None, "Cap on dev pairs for the final calibration, thresholds and the dev metrics in the manifest (whole queries are kept). Default: the whole dev split, since a small split makes the thresholds noisy.")
 
     # --- loss --------------------------------------------------------------------------
     loss: str = opt("bce", "bce | group-ce (1 positive + k negatives, softmax over the group) | soft-bce | mse (soft labels, e.g. LLM) | crag-mse (raw output vs -1/+1, the official CRAG loss).")
@@ -69,6 +70,7 @@ class EvaluatorConfig:
     max_grad_norm: float = opt(1.0, "Gradient clipping.")
     bf16: bool = opt(False, "bf16 mixed precision (T5 must not use fp16; fp16 is not offered).")
     gradient_checkpointing: bool = opt(False, "Trade compute for memory.")
+    attention_dropout: float | None = opt(None, "Dropout on the attention probabilities (None: the backbone's own, 0.1 for BERT and MiniLM). On the CPU any value above 0 takes scaled-dot-product attention off its fused kernel, about 3x slower attention.")
     group_by_length: bool = opt(True, "Length-grouped batches with dynamic padding.")
     seed: int = opt(13, "Seed for weights init, data order and sampling.")
     dataloader_num_workers: int = opt(0, "DataLoader workers.")
@@ -133,6 +135,8 @@ class EvaluatorConfig:
                 bad(k, f"{v} is not in [0, 1]")
         if self.theta_high is not None and self.theta_low is not None and self.theta_low >= self.theta_high:
             bad("theta_low", f"theta_low ({self.theta_low}) must be below theta_high ({self.theta_high})")
+        if self.attention_dropout is not None and not 0 <= self.attention_dropout < 1:
+            bad("attention_dropout", f"{self.attention_dropout} is not in [0, 1)")
         if self.pos_weight is not None and self.pos_weight <= 0:
             bad("pos_weight", "must be > 0")
         if self.eval_steps > 0 and self.save_steps % self.eval_steps:

@@ -20,8 +20,8 @@ from .config import EvaluatorConfig
 from .data import (Collator, DataProblem, EncodedGroups, EncodedPairs, check_labels, load_groups, load_pairs,
                    resolve_data_files)
 from .export import SCHEMA_VERSION, file_sha256, git_commit, package_version, save_model_weights, write_export
-from .modeling import (EvaluatorSpec, PairEncoder, head_module_names, infer_head, label_token_ids, load_backbone,
-                       resolve_model_path)
+from .modeling import (EvaluatorSpec, PairEncoder, attention_dropout_kwargs, head_module_names, infer_head,
+                       label_token_ids, load_backbone, resolve_model_path)
 from .trainer import EvaluatorTrainer, check_launch, make_compute_metrics, training_arguments
 
 logger = logging.getLogger(__name__)
@@ -91,11 +91,18 @@ def train_evaluator(cfg: EvaluatorConfig) -> TrainResult:
         train_ds = EncodedPairs(pairs, encoder)
         n_train = len(pairs)
     dev_ds = EncodedPairs(dev_pairs, encoder)
-    logger.info("train: %d examples from %s (%d passages truncated); dev: %d pairs (%d positive) from %s",
-                n_train, train_file, train_ds.stats.passages_truncated, len(dev_ds), dev_pos, dev_file)
+    if cfg.max_calibration_examples == cfg.max_dev_examples:
+        calib_ds = dev_ds
+    else:
+        calib_pairs = load_pairs(dev_file, cfg.max_calibration_examples, cfg.seed, whole_queries=True)
+        check_labels([p.label for p in calib_pairs], "the calibration part of the dev split", dev_file)
+        calib_ds = EncodedPairs(calib_pairs, encoder)
+    logger.info("train: %d examples from %s (%d passages truncated); dev: %d pairs (%d positive) from %s; "
+                "calibration: %d pairs", n_train, train_file, train_ds.stats.passages_truncated, len(dev_ds), dev_pos,
+                dev_file, len(calib_ds))
 
     # --- model -----------------------------------------------------------------------------
-    model = load_backbone(model_path, spec.head)
+    model = load_backbone(model_path, spec.head, **attention_dropout_kwargs(model_path, cfg.attention_dropout))
     if tokenizer.pad_token_id is None:
         raise DataProblem(f"tokenizer of {model_path} has no pad token")
     if cfg.use_lora:
@@ -119,9 +126,9 @@ def train_evaluator(cfg: EvaluatorConfig) -> TrainResult:
     train_out = trainer.train(resume_from_checkpoint=resume)
 
     # --- calibrate on dev, choose thresholds, export ------------------------------------------
-    pred = trainer.predict(dev_ds)
+    pred = trainer.predict(calib_ds)
     logits = np.asarray(pred.predictions, dtype=np.float64).reshape(-1)
-    labels = np.asarray(dev_ds.labels, dtype=np.float64)
+    labels = np.asarray(calib_ds.labels, dtype=np.float64)
     if not np.isfinite(logits).all():
         raise FloatingPointError("non-finite dev scores after training (diverged); lower the learning rate or use bf16/fp32")
     result = TrainResult(None, {}, None)
@@ -139,8 +146,8 @@ def train_evaluator(cfg: EvaluatorConfig) -> TrainResult:
             th.theta_low = cfg.theta_low if cfg.theta_low is not None else min(th.theta_low, th.theta_high)
             th.method += "+fixed"
     raw_probs = 1.0 / (1.0 + np.exp(-logits))
-    dev_metrics = evaluate_scores(probs, labels, th.theta_high, th.theta_low, query_ids=dev_ds.query_ids)
-    raw_metrics = evaluate_scores(raw_probs, labels, 0.5, None, query_ids=dev_ds.query_ids)
+    dev_metrics = evaluate_scores(probs, labels, th.theta_high, th.theta_low, query_ids=calib_ds.query_ids)
+    raw_metrics = evaluate_scores(raw_probs, labels, 0.5, None, query_ids=calib_ds.query_ids)
     calib_info = {**calib.to_dict(), **cal.calibration_report(logits, labels, calib), "fitted_on": "dev", "dev_pairs": len(labels)}
 
     manifest: dict[str, Any] = {

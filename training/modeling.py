@@ -109,6 +109,25 @@ def load_backbone(model_path: str, head: str, dtype: torch.dtype | None = None, 
     return AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1, **kw)
 
 
+#: config attributes that hold the attention-probability dropout, by model family
+ATTENTION_DROPOUT_KEYS = ("attention_probs_dropout_prob", "attention_dropout")
+
+
+def attention_dropout_kwargs(model_path: str, p: float | None) -> dict[str, float]:
+    """``from_pretrained`` config overrides that set the attention dropout of ``model_path`` to
+    ``p`` (nothing when ``p`` is None)."""
+    if p is None:
+        return {}
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_path)
+    for key in ATTENTION_DROPOUT_KEYS:
+        if hasattr(config, key):
+            return {key: float(p)}
+    raise ValueError(f"attention_dropout: {model_path} ({config.model_type}) has no separate attention dropout "
+                     f"(none of {', '.join(ATTENTION_DROPOUT_KEYS)} in its config); leave attention_dropout unset")
+
+
 def head_module_names(model) -> list[str]:
     """Names of the scoring-head modules that must stay trainable (and saved) under LoRA."""
     names = {n.split(".")[-1] for n, _ in model.named_modules()}
