@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: quickstart test test-slow test-all bench install clean
+.PHONY: quickstart test test-slow test-all bench bench-training bench-scoring install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,14 @@ test-all: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) scripts/bench_mining.py --json outputs/bench/mining.json
+
+## Ours vs sentence-transformers' CrossEncoderTrainer on the quickstart data (about 25 min on 2 cores).
+bench-training: $(STAMP)
+	$(PY) scripts/bench_training.py --json outputs/bench/training.json
+
+## Ours vs CrossEncoder.predict on the quickstart export (run `make quickstart` first).
+bench-scoring: $(STAMP)
+	$(PY) scripts/bench_scoring.py --model outputs/evaluator-quickstart --json outputs/bench/scoring.json
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

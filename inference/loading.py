@@ -259,6 +259,23 @@ def weight_files(folder: Path, stem: str, trust_pickle: bool) -> tuple[list[Path
     return files, False
 
 
+def verify_checksums(export: Export, files: list[Path]) -> None:
+    """Each weight file must hash to the ``model.files_sha256`` the export recorded (exports made
+    before checksums were recorded have none, and are loaded unchecked)."""
+    from training.export import file_sha256
+
+    recorded = export.get("model.files_sha256", (dict, type(None)), None)
+    if not recorded:
+        return
+    for f in files:
+        want = recorded.get(f.name)
+        if want is None:
+            raise ExportError(f"{f}: not among the weight files the manifest lists ({', '.join(sorted(recorded))})")
+        if file_sha256(f) != want:
+            raise ExportError(f"{f}: sha256 differs from the one recorded in {export.manifest_path.name}: the file "
+                              "was changed or damaged after export; re-export the model or restore the file")
+
+
 def _missing_keys_error(where: Path, missing: list[str], what: str) -> ExportError:
     shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
     return ExportError(f"{where}: the weights lack {len(missing)} tensors the {what} needs ({shown}); "
@@ -269,7 +286,8 @@ def load_full_model(export: Export, head: str, options: LoadOptions):
     """``from_pretrained`` of a full (or merged-LoRA) export; every tensor must come from the file."""
     from training.modeling import load_backbone
 
-    _, is_pickle = weight_files(export.path, "model", options.trust_pickle)
+    files, is_pickle = weight_files(export.path, "model", options.trust_pickle)
+    verify_checksums(export, files)
     try:
         model, info = load_backbone(str(export.path), head, dtype=torch.float32, use_safetensors=not is_pickle,
                                     output_loading_info=True)
@@ -310,7 +328,8 @@ def load_adapter_model(export: Export, head: str, options: LoadOptions):
 
     from training.modeling import load_backbone
 
-    _, is_pickle = weight_files(export.path, "adapter_model", options.trust_pickle)
+    files, is_pickle = weight_files(export.path, "adapter_model", options.trust_pickle)
+    verify_checksums(export, files)
     cfg_file = export.path / "adapter_config.json"
     if not cfg_file.is_file():
         raise ExportError(f"{export.path}: missing adapter_config.json (a lora-adapter export needs it)")

@@ -73,6 +73,14 @@ def dev_pairs(data) -> list[LabelledPair]:
     return list(read_records(data["dev_pairs"], LabelledPair))
 
 
+def _without_checksums(export: Path) -> Path:
+    """The export as one written before weight checksums were recorded (or edited by hand)."""
+    m = json.loads((export / "evaluator.json").read_text())
+    del m["model"]["files_sha256"]
+    (export / "evaluator.json").write_text(json.dumps(m))
+    return export
+
+
 def _copy(export: Path, tmp_path: Path) -> Path:
     dst = tmp_path / "copy"
     shutil.copytree(export, dst)
@@ -161,7 +169,7 @@ def test_load_refuses_bad_weights(ce_export, tmp_path):
     # a valid file that lacks the scoring head: refused, never silently re-initialised
     from safetensors.torch import load_file, save_file
 
-    exp = _copy(ce_export, tmp_path / "headless")
+    exp = _without_checksums(_copy(ce_export, tmp_path / "headless"))
     sd = load_file(str(exp / "model.safetensors"))
     save_file({k: v for k, v in sd.items() if not k.startswith("classifier")}, str(exp / "model.safetensors"),
               metadata={"format": "pt"})
@@ -169,10 +177,31 @@ def test_load_refuses_bad_weights(ce_export, tmp_path):
         inference.load(exp)
 
 
+def test_load_checks_weight_checksums(ce_export, ce, tmp_path):
+    from training.export import file_sha256
+
+    recorded = ce.manifest["model"]["files_sha256"]
+    assert recorded == {"model.safetensors": file_sha256(ce_export / "model.safetensors")}
+    # one flipped byte in the tensor data: the file still parses, the checksum catches it
+    exp = _copy(ce_export, tmp_path / "flipped")
+    data = bytearray((exp / "model.safetensors").read_bytes())
+    data[-100] ^= 0x01
+    (exp / "model.safetensors").write_bytes(bytes(data))
+    with pytest.raises(ExportError, match="model.safetensors: sha256 differs from the one recorded in evaluator.json"):
+        inference.load(exp)
+    # weights the manifest does not list (converted by hand) are refused too
+    exp = _copy(ce_export, tmp_path / "renamed")
+    (exp / "model.safetensors").rename(exp / "model-00001-of-00001.safetensors")
+    (exp / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {"classifier.bias": "model-00001-of-00001.safetensors"}}))
+    with pytest.raises(ExportError, match="not among the weight files the manifest lists"):
+        inference.load(exp)
+
+
 def test_pickle_weights_need_trust(ce_export, ce, dev_pairs, tmp_path):
     from safetensors.torch import load_file
 
-    exp = _copy(ce_export, tmp_path / "pickle")
+    exp = _without_checksums(_copy(ce_export, tmp_path / "pickle"))
     torch.save(load_file(str(exp / "model.safetensors")), exp / "pytorch_model.bin")
     (exp / "model.safetensors").unlink()
     with pytest.raises(ExportError, match=r"weights are pickle files \(pytorch_model.bin\), which can run arbitrary code.*trust_pickle=True"):

@@ -74,7 +74,8 @@ def test_each_head_learns_exports_and_reloads(request, data, tmp_path, backbone,
     model_dir = request.getfixturevalue(backbone)
     train_file = data["train_groups"] if loss == "group-ce" else data["train_pairs"]
     cfg = cfg_for(model_dir, data, tmp_path, head=head, loss=loss, train_file=str(train_file), group_size=4,
-                  per_device_train_batch_size=4 if loss == "group-ce" else 8, max_steps=16, eval_steps=8, save_steps=8)
+                  per_device_train_batch_size=4 if loss == "group-ce" else 8, max_steps=16, eval_steps=8, save_steps=8,
+                  max_dev_examples=16 if loss == "group-ce" else None)  # periodic evaluation capped
     res = train_evaluator(cfg)
     log = [h for h in json.loads((Path(cfg.output_dir) / "checkpoint-16" / "trainer_state.json").read_text())["log_history"] if "loss" in h]
     assert log[-1]["loss"] < log[0]["loss"], f"loss did not fall: {log}"
@@ -95,6 +96,9 @@ def test_each_head_learns_exports_and_reloads(request, data, tmp_path, backbone,
     z = export_logits(res.export_dir, head, q, p)
     assert torch.equal(z, memory_logits(res.model, res.export_dir, head, q, p))
     assert man["thresholds"]["theta_low"] <= man["thresholds"]["theta_high"]
+    # calibration, thresholds and the reported dev metrics use the whole dev split
+    n_dev = sum(1 for line in Path(data["dev_pairs"]).read_text().splitlines() if line.strip())
+    assert man["thresholds"]["dev_pairs"] == man["calibration"]["dev_pairs"] == man["metrics"]["dev"]["n"] == n_dev
 
 
 @pytest.mark.parametrize("merge", [True, False])

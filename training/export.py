@@ -117,6 +117,9 @@ def save_model_weights(model, tokenizer, out: Path, merge_lora: bool = True) -> 
     tokenizer.save_pretrained(out)
     cfg = model.get_base_model().config if info["weights"] == "lora-adapter" else model.config
     info["architecture"] = (cfg.architectures or [type(model).__name__])[0]
+    # checksums of the weight files: inference refuses a file that changed after export
+    info["files_sha256"] = {f.name: file_sha256(f) for f in sorted(out.iterdir())
+                            if f.is_file() and (f.suffix in (".safetensors", ".bin", ".pt") or f.name.endswith(".index.json"))}
     return info
 
 
