@@ -104,8 +104,11 @@ def test_each_head_learns_exports_and_reloads(request, data, tmp_path, backbone,
 @pytest.mark.parametrize("merge", [True, False])
 def test_lora_export_keeps_the_head(tiny_bert, data, tmp_path, merge):
     cfg = cfg_for(tiny_bert, data, tmp_path, use_lora=True, lora_r=4, lora_alpha=8, merge_lora=merge,
-                  lora_target_modules=["query", "value"], max_steps=8, eval_steps=4, save_steps=4)
+                  lora_target_modules=["query", "value"], max_steps=8, eval_steps=4, save_steps=4,
+                  gradient_checkpointing=merge)  # LoRA + checkpointing, as in the t5-large-lora recipe
     res = train_evaluator(cfg)
+    if merge:
+        assert any(getattr(m, "gradient_checkpointing", False) is True for m in res.model.modules())
     man = json.loads((res.export_dir / MANIFEST).read_text())
     init_head = load_file(str(tiny_bert / "model.safetensors"))["classifier.weight"]
     q, p = dev_texts(data)
