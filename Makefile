@@ -52,7 +52,7 @@ bench-training: $(STAMP)
 
 ## Ours vs CrossEncoder.predict on the quickstart export (run `make quickstart` first).
 bench-scoring: $(STAMP)
-	$(PY) scripts/bench_scoring.py --model outputs/evaluator-quickstart --json outputs/bench/scoring.json
+	$(PY) scripts/bench_scoring.py --model outputs/evaluator-quickstart --json outputs/bench/scoring.json --repeats 3
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

@@ -12,8 +12,8 @@ throughput:
    path), run it under ``torch.inference_mode`` (optionally bfloat16 autocast), and write the logits
    back at the pairs' input positions;
 4. skip work the answer does not need: a cross-encoder's head reads one position of the last layer,
-   so that layer runs its queries and feed-forward for that position only (exact, about -14% of
-   the compute of a 6-layer model).
+   so that layer runs for that position only (:class:`FirstTokenLayer`; exact up to float
+   rounding, about -17% of the compute of a 6-layer model).
 
 :class:`Evaluator` adds the manifest's calibration and thresholds: ``score`` (calibrated
 probabilities), ``score_raw`` (``sigmoid(z)``) and ``grade`` (CRAG's Correct / Ambiguous /
@@ -44,13 +44,16 @@ from .metrics import action_of, query_action
 
 logger = logging.getLogger(__name__)
 
-#: padded tokens per forward pass, by device type (CPU: cache-sized; accelerators: large)
-DEFAULT_BATCH_TOKENS = {"cpu": 8192, "mps": 16384, "cuda": 65536}
+#: padded tokens per forward pass, by device type. CPU: small enough that a batch's widest
+#: activation (feed-forward, 2,048 x 1,536 floats = 12.6 MB for MiniLM) stays in cache: on the
+#: 2-core benchmark machine 2,048 and 4,096 tokens score 62-63 pairs/s, 8,192 only 49
+#: (docs/benchmarks.md). Accelerators: large.
+DEFAULT_BATCH_TOKENS = {"cpu": 2048, "mps": 16384, "cuda": 65536}
 DEFAULT_PASSAGE_FORMAT = "{title}. {text}"
 
 
-#: below this many rows (tokens in the batch) the plain MKL ``nn.Linear`` is as fast or faster
-#: (grading a handful of chunks); above it the packed oneDNN path wins (bulk scoring)
+#: with the opt-in oneDNN path (``cpu_fast_path=True``), inputs below this many rows (tokens)
+#: keep the plain MKL ``nn.Linear`` (as fast or faster for a handful of chunks)
 FAST_PATH_MIN_ROWS = 2048
 
 
@@ -118,10 +121,19 @@ class FirstTokenLayer(torch.nn.Module):
     """The last layer of a BERT-style encoder computed for the first position only.
 
     A sequence-classification head (BERT's pooler, RoBERTa's and ELECTRA's heads) reads only the
-    first token of the last layer, so that layer needs keys and values for every token but queries,
-    attention output and feed-forward for one: about 5/6 of its work is skipped (~14% of a 6-layer
-    model). The maths of the first row is unchanged: the same modules and the model's own attention
-    function run on it. The output has sequence length 1."""
+    first token of the last layer, so that layer needs queries, attention output and feed-forward for
+    one position only. In float32 it does not project keys and values either: with ``q`` the first
+    position's query of a head and ``W_k``, ``W_v`` that head's rows of the key and value weights,
+
+    * ``q . (W_k x_j + b_k) = (W_k^T q) . x_j + q . b_k``, and ``q . b_k`` is the same for every
+      position ``j``, so it cancels in the softmax: the scores are ``x_j . u`` with ``u = W_k^T q``;
+    * ``sum_j p_j (W_v x_j + b_v) = W_v (sum_j p_j x_j) + b_v``, since the ``p_j`` sum to 1;
+
+    which replaces two ``tokens x hidden x hidden`` products with matrix-vector work (the whole
+    layer is then about 1/n of its full cost; ~17% of a 6-layer model). Under autocast or in
+    another dtype it keeps the projections and runs the model's own attention function on the first
+    query. Either way the result equals the full layer's first row up to float rounding (the engine
+    checks this on a probe batch at load). The output has sequence length 1."""
 
     def __init__(self, layer: torch.nn.Module):
         super().__init__()
@@ -132,7 +144,9 @@ class FirstTokenLayer(torch.nn.Module):
         att = getattr(layer, "attention", None)
         sa = getattr(att, "self", None)
         return (sa is not None and all(isinstance(getattr(sa, n, None), torch.nn.Module) for n in ("query", "key", "value"))
-                and hasattr(sa, "attention_head_size") and hasattr(sa, "scaling") and hasattr(att, "output")
+                and hasattr(sa, "attention_head_size") and hasattr(sa, "num_attention_heads") and hasattr(sa, "scaling")
+                and isinstance(sa.key, torch.nn.Linear) and isinstance(sa.value, torch.nn.Linear)
+                and sa.key.bias is not None and sa.value.bias is not None and hasattr(att, "output")
                 and hasattr(layer, "feed_forward_chunk") and not getattr(layer, "add_cross_attention", False)
                 and getattr(getattr(sa, "config", None), "_attn_implementation", None) in ("sdpa", "eager"))
 
@@ -142,8 +156,22 @@ class FirstTokenLayer(torch.nn.Module):
 
         att = self.layer.attention
         sa = att.self
-        b, n, _ = hidden_states.shape
+        b, n, width = hidden_states.shape
         first = hidden_states[:, :1]
+        if hidden_states.dtype == torch.float32 and sa.key.weight.dtype == torch.float32 \
+                and not torch.is_autocast_enabled(hidden_states.device.type):
+            heads, size = sa.num_attention_heads, sa.attention_head_size
+            q = sa.query(first).view(b, heads, size)
+            u = torch.einsum("bhd,hdk->bhk", q, sa.key.weight.view(heads, size, width)) * sa.scaling
+            scores = torch.bmm(u, hidden_states.transpose(1, 2))  # [b, heads, n]
+            if attention_mask is not None:
+                m = attention_mask[:, :, 0, :] if attention_mask.dim() == 4 else attention_mask[:, None, :]
+                scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m
+            mixed = torch.bmm(torch.softmax(scores, dim=-1), hidden_states)  # [b, heads, width]
+            ctx = torch.einsum("bhk,hdk->bhd", mixed, sa.value.weight.view(heads, size, width))
+            ctx = ctx + sa.value.bias.view(heads, size)
+            out = att.output(ctx.reshape(b, 1, heads * size), first)
+            return self.layer.feed_forward_chunk(out)
         q = sa.query(first).view(b, 1, -1, sa.attention_head_size).transpose(1, 2)
         k = sa.key(hidden_states).view(b, n, -1, sa.attention_head_size).transpose(1, 2)
         v = sa.value(hidden_states).view(b, n, -1, sa.attention_head_size).transpose(1, 2)
@@ -174,11 +202,12 @@ class ScoringEngine:
 
     For BERT-style cross-encoders the last layer is computed for the first position only, the one
     the classification head reads (:class:`FirstTokenLayer`; ``first_token_layer=False`` to skip).
-    On the CPU in float32, batches of at least ``FAST_PATH_MIN_ROWS`` tokens run their linear layers
-    through oneDNN with pre-packed weights (and BERT's GELU fused into its matrix product), faster
-    than ``nn.Linear``'s MKL path on the 2-core benchmark machine (docs/benchmarks.md); smaller
-    batches keep ``nn.Linear``. It is switched on only after a probe batch scores within 1e-4 of the
-    plain model, and falls back to it otherwise (``cpu_fast_path=False`` to skip).
+    Opt-in (``cpu_fast_path=True``): on the CPU in float32, batches of at least
+    ``FAST_PATH_MIN_ROWS`` tokens run their linear layers through oneDNN with pre-packed weights
+    (and BERT's GELU fused into its matrix product). Faster than MKL's ``nn.Linear`` in isolated
+    matrix-product timings, it made the whole model slower on a quiet benchmark machine, also when
+    only the GELU feed-forward was packed (docs/benchmarks.md), so it is off by default. It is
+    switched on only after a probe batch scores within 1e-4 of the plain model.
     """
 
     def __init__(
@@ -192,7 +221,7 @@ class ScoringEngine:
         batch_tokens: int | None = None,
         max_batch_size: int = 256,
         chunk_pairs: int = 8192,
-        cpu_fast_path: bool = True,
+        cpu_fast_path: bool = False,
         first_token_layer: bool = True,
     ):
         self.model = model.to(device).eval()
@@ -202,7 +231,7 @@ class ScoringEngine:
         self.device = device
         self.label_ids = label_ids
         self.autocast_dtype = autocast_dtype
-        self.batch_tokens = int(batch_tokens or DEFAULT_BATCH_TOKENS.get(device.type, 8192))
+        self.batch_tokens = int(batch_tokens or DEFAULT_BATCH_TOKENS.get(device.type, DEFAULT_BATCH_TOKENS["cpu"]))
         if self.batch_tokens < spec.max_length:
             raise ValueError(f"batch_tokens ({self.batch_tokens}) must be at least max_length ({spec.max_length})")
         self.max_batch_size = max_batch_size

@@ -103,7 +103,7 @@ class LoadOptions:
     trust_pickle: bool = False
     batch_tokens: int | None = None
     base_model: str | None = None
-    cpu_fast_path: bool = True
+    cpu_fast_path: bool = False
     first_token_layer: bool = True
 
 
@@ -381,7 +381,7 @@ def load(
     trust_pickle: bool = False,
     batch_tokens: int | None = None,
     base_model: str | None = None,
-    cpu_fast_path: bool = True,
+    cpu_fast_path: bool = False,
     first_token_layer: bool = True,
 ):
     """Load the export at ``path`` as the object for its task (an :class:`~inference.engine.Evaluator`
@@ -391,8 +391,9 @@ def load(
     or ``"fp32"``, or ``"bf16"`` (autocast where supported). ``trust_pickle``: allow ``.bin``/``.pt``
     weights. ``batch_tokens``: padded-token budget per forward pass (default per device).
     ``base_model``: base weights for a LoRA-adapter export, when the path in its manifest is gone.
-    ``cpu_fast_path``: on the CPU in fp32, run linear layers through oneDNN with pre-packed weights
-    (checked against the plain model on a probe batch at load; see :class:`~inference.engine.ScoringEngine`).
+    ``cpu_fast_path``: opt-in; on the CPU in fp32, run linear layers through oneDNN with pre-packed
+    weights (checked against the plain model on a probe batch at load; measure it on your machine
+    first, see :class:`~inference.engine.ScoringEngine`).
     ``first_token_layer``: for BERT-style cross-encoders, compute the last layer for the first
     position only, the one the classification head reads (checked the same way).
     """

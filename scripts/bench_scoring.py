@@ -7,8 +7,9 @@ first, then train pairs; passages formatted ``{title}. {text}`` as in training) 
 weights, on the same device, in float32, in one process; the runs alternate (ours, theirs, ours,
 theirs, ...) and the best of ``--repeats`` is kept for each, so background load hurts both alike.
 Reported: pairs/s of each and their ratio, the largest absolute difference between the raw
-probabilities (``sigmoid(z)``), the same for our engine with its oneDNN CPU fast path switched off
-(what length sorting and token-budget batching alone give), our bfloat16-autocast figure separately
+probabilities (``sigmoid(z)``), the same for variants of our engine with one choice changed (the
+first-token last layer off, the opt-in oneDNN path on, the old 8,192-token CPU budget, and sorting
+plus that budget alone), our bfloat16-autocast figure separately
 (on the first ``--bf16-pairs`` pairs), and the latency of grading one query's top-5 and top-20
 chunks (median and p95 over ``--latency-queries`` queries), beside ``CrossEncoder.predict`` on the
 same chunks.
@@ -184,17 +185,18 @@ def main(argv: list[str] | None = None) -> int:
         t, st_raw = timed(run_st, 1)
         t_st = min(t_st, t)
     max_abs_diff = float(np.max(np.abs(ours_raw - st_raw)))
-    # the same engine with its speed-ups switched off one by one: what each is worth
+    # the same engine with one choice changed at a time: what each is worth
     ablation = {}
-    for name, opts in (("plain", dict(cpu_fast_path=False, first_token_layer=False)),
-                       ("without_fast_path", dict(cpu_fast_path=False)),
-                       ("without_first_token_layer", dict(first_token_layer=False))):
+    budget = ours.engine.batch_tokens
+    for name, opts, bt in (("plain", dict(first_token_layer=False), 8192),  # sorting + the old budget only
+                           ("without_first_token_layer", dict(first_token_layer=False), budget),
+                           ("with_onednn_fast_path", dict(cpu_fast_path=True), budget),
+                           ("batch_tokens_8192", {}, 8192)):
         variant = inference.load(args.model, device=args.device, **opts)
-        if args.batch_tokens:
-            variant.engine.batch_tokens = args.batch_tokens
+        variant.engine.batch_tokens = bt
         variant.score_raw(texts[:128])
         t, raw = timed(lambda: np.array(variant.score_raw(texts)), 1)
-        ablation[name] = {"pairs_per_s": len(texts) / t, "ratio": t_st / t,
+        ablation[name] = {"pairs_per_s": len(texts) / t, "ratio": t_st / t, "batch_tokens": bt, **opts,
                           "max_abs_diff": float(np.max(np.abs(raw - st_raw)))}
         del variant
     result = {

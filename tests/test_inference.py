@@ -460,9 +460,11 @@ def test_cpu_fast_path_is_checked_and_falls_back(ce_export, ce, dev_pairs, monke
 
     if not eng.cpu_fast_path_available():
         pytest.skip("this torch build has no oneDNN linear")
-    assert ce.engine.fast_path and any(isinstance(m, eng.PackedLinear) for m in ce.engine.model.modules())
+    assert not ce.engine.fast_path  # opt-in
+    assert not any(isinstance(m, eng.PackedLinear) for m in ce.engine.model.modules())
     monkeypatch.setattr(eng, "FAST_PATH_MIN_ROWS", 0)  # every batch through the packed path
-    fast = inference.load(ce_export, device="cpu")
+    fast = inference.load(ce_export, device="cpu", cpu_fast_path=True)
+    assert fast.engine.fast_path and any(isinstance(m, eng.PackedLinear) for m in fast.engine.model.modules())
     assert all(m.min_rows == 0 for m in fast.engine.model.modules() if isinstance(m, eng.PackedLinear))
     plain = inference.load(ce_export, device="cpu", cpu_fast_path=False)
     assert not plain.engine.fast_path and not any(isinstance(m, eng.PackedLinear) for m in plain.engine.model.modules())
@@ -472,7 +474,7 @@ def test_cpu_fast_path_is_checked_and_falls_back(ce_export, ce, dev_pairs, monke
     # a packed layer that computes something else is caught on the probe batch and undone
     orig = eng.PackedLinear.forward
     monkeypatch.setattr(eng.PackedLinear, "forward", lambda self, x: orig(self, x) + 0.01)
-    wrong = inference.load(ce_export, device="cpu")
+    wrong = inference.load(ce_export, device="cpu", cpu_fast_path=True)
     assert not wrong.engine.fast_path
     assert not any(isinstance(m, eng.PackedLinear) for m in wrong.engine.model.modules())
     np.testing.assert_allclose(wrong.score_raw(pairs), plain.score_raw(pairs), atol=1e-7)
@@ -498,6 +500,33 @@ def test_first_token_last_layer_scores_as_the_full_model(ce_export, ce, dev_pair
     assert not wrong.engine.first_token_layer
     assert not isinstance(eng.encoder_layers(wrong.engine.model)[-1], eng.FirstTokenLayer)
     np.testing.assert_allclose(wrong.score_raw(pairs), full.score_raw(pairs), atol=1e-7)
+
+
+@pytest.mark.parametrize("mask_kind", ["none", "bool", "additive"])
+def test_first_token_layer_equals_the_full_layer_first_row(ce, mask_kind, monkeypatch):
+    """Both ways of FirstTokenLayer (float32: keys and values folded into the first query; else: the
+    model's attention function on projected keys and values) give the full layer's first row, with
+    each mask form a BERT layer may receive."""
+    from inference import engine as eng
+
+    ftl = eng.encoder_layers(ce.engine.model)[-1]
+    full = ftl.layer
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(3, 9, full.attention.self.query.in_features, generator=g)
+    keep = torch.ones(3, 9, dtype=torch.bool)
+    keep[1, 6:] = False
+    keep[2, 3:] = False
+    mask = {"none": None, "bool": keep[:, None, None, :].expand(3, 1, 9, 9),
+            "additive": torch.where(keep, 0.0, torch.finfo(torch.float32).min)[:, None, None, :].expand(3, 1, 9, 9)}[mask_kind]
+    with torch.inference_mode():
+        want = full(h, mask)
+        want = (want[0] if isinstance(want, tuple) else want)[:, :1]
+        folded = ftl(h, mask)
+        monkeypatch.setattr(torch, "is_autocast_enabled", lambda *a: True)  # the projecting way
+        projected = ftl(h, mask)
+    assert folded.shape == projected.shape == want.shape
+    torch.testing.assert_close(folded, want, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(projected, want, atol=1e-5, rtol=1e-5)
 
 
 def test_first_token_layer_left_out_where_the_head_reads_every_position(t5_export):
