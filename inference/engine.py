@@ -131,8 +131,8 @@ class FirstTokenLayer(torch.nn.Module):
 
     which replaces two ``tokens x hidden x hidden`` products with matrix-vector work (the whole
     layer is then about 1/n of its full cost; ~17% of a 6-layer model). Under autocast or in
-    another dtype it keeps the projections and runs the model's own attention function on the first
-    query. Either way the result equals the full layer's first row up to float rounding (the engine
+    another dtype, or with a mask that is not a 4-D boolean or additive one, it keeps the projections
+    and runs the model's own attention function on the first query. Either way the result equals the full layer's first row up to float rounding (the engine
     checks this on a probe batch at load). The output has sequence length 1."""
 
     def __init__(self, layer: torch.nn.Module):
@@ -158,14 +158,16 @@ class FirstTokenLayer(torch.nn.Module):
         sa = att.self
         b, n, width = hidden_states.shape
         first = hidden_states[:, :1]
-        if hidden_states.dtype == torch.float32 and sa.key.weight.dtype == torch.float32 \
+        mask_ok = attention_mask is None or (attention_mask.dim() == 4 and (
+            attention_mask.dtype == torch.bool or attention_mask.is_floating_point()))
+        if mask_ok and hidden_states.dtype == torch.float32 and sa.key.weight.dtype == torch.float32 \
                 and not torch.is_autocast_enabled(hidden_states.device.type):
             heads, size = sa.num_attention_heads, sa.attention_head_size
             q = sa.query(first).view(b, heads, size)
             u = torch.einsum("bhd,hdk->bhk", q, sa.key.weight.view(heads, size, width)) * sa.scaling
             scores = torch.bmm(u, hidden_states.transpose(1, 2))  # [b, heads, n]
-            if attention_mask is not None:
-                m = attention_mask[:, :, 0, :] if attention_mask.dim() == 4 else attention_mask[:, None, :]
+            if attention_mask is not None:  # [b, 1, n_query, n]: the first query's row
+                m = attention_mask[:, :, 0, :]
                 scores = scores.masked_fill(~m, float("-inf")) if m.dtype == torch.bool else scores + m
             mixed = torch.bmm(torch.softmax(scores, dim=-1), hidden_states)  # [b, heads, width]
             ctx = torch.einsum("bhk,hdk->bhd", mixed, sa.value.weight.view(heads, size, width))
@@ -204,7 +206,8 @@ class ScoringEngine:
     the classification head reads (:class:`FirstTokenLayer`; ``first_token_layer=False`` to skip).
     Opt-in (``cpu_fast_path=True``): on the CPU in float32, batches of at least
     ``FAST_PATH_MIN_ROWS`` tokens run their linear layers through oneDNN with pre-packed weights
-    (and BERT's GELU fused into its matrix product). Faster than MKL's ``nn.Linear`` in isolated
+    (and BERT's GELU fused into its matrix product); with the CPU's default 2,048-token budget only
+    full batches reach that size, so pair it with a larger ``batch_tokens``. Faster than MKL's ``nn.Linear`` in isolated
     matrix-product timings, it made the whole model slower on a quiet benchmark machine, also when
     only the GELU feed-forward was packed (docs/benchmarks.md), so it is off by default. It is
     switched on only after a probe batch scores within 1e-4 of the plain model.
@@ -231,7 +234,10 @@ class ScoringEngine:
         self.device = device
         self.label_ids = label_ids
         self.autocast_dtype = autocast_dtype
-        self.batch_tokens = int(batch_tokens or DEFAULT_BATCH_TOKENS.get(device.type, DEFAULT_BATCH_TOKENS["cpu"]))
+        # the per-device default grows to hold one pair of the model's longest length; an explicit
+        # budget below that is an error
+        self.batch_tokens = int(batch_tokens or max(DEFAULT_BATCH_TOKENS.get(device.type, DEFAULT_BATCH_TOKENS["cpu"]),
+                                                    spec.max_length))
         if self.batch_tokens < spec.max_length:
             raise ValueError(f"batch_tokens ({self.batch_tokens}) must be at least max_length ({spec.max_length})")
         self.max_batch_size = max_batch_size

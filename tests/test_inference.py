@@ -274,6 +274,17 @@ def test_input_order_survives_length_sorting_and_batching(ce_export, dev_pairs):
     assert lengths[batches[0]].max() == 96
 
 
+def test_default_budget_holds_the_longest_pair(ce_export, monkeypatch):
+    """The per-device default budget grows to the model's max length; an explicit smaller one is refused."""
+    from inference import engine as eng
+
+    monkeypatch.setitem(eng.DEFAULT_BATCH_TOKENS, "cpu", 64)  # below the export's max_length of 96
+    model = inference.load(ce_export, device="cpu")
+    assert model.engine.batch_tokens == model.spec.max_length == 96
+    with pytest.raises(ValueError, match=r"batch_tokens \(64\) must be at least max_length \(96\)"):
+        inference.load(ce_export, device="cpu", batch_tokens=64)
+
+
 def test_empty_and_mistyped_inputs_are_rejected(ce):
     with pytest.raises(ValueError, match="pair 1: empty passage"):
         ce.score([("q", "a passage"), ("q", "   ")])
