@@ -24,8 +24,8 @@ from typing import Any, Iterable, Iterator, TypeVar
 from tqdm import tqdm
 
 from .io import Rejects, write_json, write_jsonl
-from .readers import FORMATS, _load_all, open_source
-from .readers._common import PAIR_READERS, open_pairs
+from .readers import FORMATS, load_all, open_source
+from .readers.common import PAIR_READERS, open_pairs
 from .readers.flagembedding import write_flagembedding
 
 logger = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def _progress(items: Iterable[T], desc: str) -> Iterator[T]:
 
 def convert(args: argparse.Namespace) -> dict[str, Any]:
     """Run one conversion; returns the counts written to ``<output>.meta.json``."""
-    _load_all()
+    load_all()
     if args.format not in FORMATS:
         raise ValueError(f"unknown format {args.format!r}; known formats: {', '.join(sorted(FORMATS))}")
     if args.prompt is not None and args.to != "flagembedding":
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    _load_all()
+    load_all()
     formats = "\n".join(f"  {name:16s} {help}" for name, (_, help) in sorted(FORMATS.items()))
     p = subparsers.add_parser(
         "convert",

@@ -1,15 +1,28 @@
-"""``python -m inference``: score pairs with an export, or evaluate it on labelled pairs.
+"""``python -m inference``: score with an export of any task, or evaluate it on labelled data.
 
     python -m inference score --model DIR --input pairs.jsonl --output scores.jsonl \\
         [--format F] [--overwrite] [--skip-bad] [--batch-tokens N] [--bf16]
     python -m inference evaluate --model DIR --data dev.pairs.jsonl --output-json metrics.json \\
         [--format F] [--plots DIR] [--two-tier]
 
-Input (``--format auto``, the default, looks at the file's first line):
+What a row's output and the metrics are depends on the export's task:
+
+* ``evaluator``: per pair the calibrated score, raw score and CRAG action; metrics accuracy (at
+  theta_high), precision, recall, F1, AUC, ECE, MRR@10/nDCG@10 and the action table;
+* ``answer_classifier``: per pair the calibrated score and ``has_answer`` at the export's threshold;
+  the same pair metrics at that threshold (no action table);
+* ``extractor``: per (query, passage) the key sentences (text, offsets, score); metrics ``p@1``,
+  ``r@3`` and ``mrr`` over rows with gold sentences (``sentences`` format), or over our extractor
+  sentence pairs (``pairs``, grouped by passage).
+
+Input (``--format auto``, the default, looks at the file's first line,
+:func:`data_prep.readers.simple.detect_format`):
 
 * ``pairs``: our :class:`~data_prep.records.LabelledPair` JSONL (``docs/data.md``);
 * ``simple``: one ``{"query": str, "passage": str | {"title", "text", "id"}}`` object a line, with
   optional ``label`` (0..1; ``evaluate`` needs it), ``query_id`` and ``passage_id``;
+* ``sentences`` (extractor evaluation): ``{"query", "passage", "gold_sentences": [text, ...]}``, or
+  ``{"query", "sentences": [text, ...], "gold": [index, ...]}`` to score the given sentences;
 * ``crag-evaluator``: CRAG's ``question [SEP] passage<TAB>label`` file;
 * any other reader format by name (``--format popqa``, ``beir`` with ``--split``, ...): positives
   are label 1, negatives label 0.
@@ -33,110 +46,54 @@ import logging
 import shutil
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 import numpy as np
 from tqdm import tqdm
 
-from data_prep.io import (DataError, MissingInputError, Rejects, atomic_write, iter_json_lines, iter_lines, parse_rows,
-                          require_path, write_json)
-from data_prep.records import LabelledPair, Passage
+from data_prep.io import DataError, MissingInputError, Rejects, atomic_write, require_path, write_json
+from data_prep.records import LabelledPair
+from data_prep.readers.simple import SENTENCES, SIMPLE, PairRow, SentenceRow, detect_format, read_sentence_rows, read_simple
 
+from .decisions import action_of
 from .loading import ExportError, load
+from .metrics import evaluate_scores, expected_calibration_error, extraction_metrics, roc_auc
 
 logger = logging.getLogger(__name__)
 
-SIMPLE = "simple"
 READER_OPTIONS = ("corpus", "queries", "qrels", "split", "rule", "fix_mojibake")
-
-
-@dataclass
-class Row:
-    """One pair to score, whatever the input format."""
-
-    query: str
-    passage: str | Passage
-    query_id: str
-    passage_id: str | None
-    label: float | None
+Row = PairRow
 
 
 # --------------------------------------------------------------------------------------------
 # input
 
 
-def _simple_row(path: Path, n: int, obj: dict) -> Row:
-    from data_prep.readers._common import check_text, id_str, stable_id, text_query_id
-
-    for key in ("query", "passage"):
-        if obj.get(key) is None:
-            raise DataError(path, n, f"missing field '{key}'", "missing-field")
-    query = check_text(path, n, obj["query"], "query")
-    p = obj["passage"]
-    if isinstance(p, dict):
-        if p.get("text") is None:
-            raise DataError(path, n, "missing field 'passage.text'", "missing-field")
-        text = check_text(path, n, p["text"], "passage")
-        title = p.get("title") or ""
-        if not isinstance(title, str):
-            raise DataError(path, n, f"passage.title must be a string, got {type(title).__name__}", "invalid-type")
-        pid = id_str(path, n, p["id"], "passage.id") if p.get("id") is not None else stable_id(title, text)
-        passage: str | Passage = Passage(pid, text, title)
-    else:
-        passage = check_text(path, n, p, "passage")
-        pid = id_str(path, n, obj["passage_id"], "passage_id") if obj.get("passage_id") is not None else None
-    label = obj.get("label")
-    if label is not None:
-        if isinstance(label, bool) or not isinstance(label, (int, float)) or not 0.0 <= float(label) <= 1.0:
-            raise DataError(path, n, f"label {label!r} is not a number in [0, 1]", "invalid-label")
-        label = float(label)
-    qid = id_str(path, n, obj["query_id"], "query_id") if obj.get("query_id") is not None else text_query_id(query)
-    return Row(query, passage, qid, pid if isinstance(passage, str) else passage.id, label)
-
-
-def read_simple(path: Path, rejects: Rejects | None) -> Iterator[Row]:
-    yield from parse_rows(path, iter_json_lines(path, rejects), lambda n, obj: _simple_row(path, n, obj), rejects)
-
-
-def detect_format(path: Path) -> str:
-    """``pairs``, ``simple`` or ``crag-evaluator`` from the first non-blank line of ``path``."""
-    for n, text, _ in iter_lines(path, Rejects(skip_bad=True)):
-        if text.lstrip().startswith("{"):
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError:
-                break
-            if isinstance(obj, dict) and isinstance(obj.get("passage"), dict) and "label" in obj and "query_id" in obj:
-                return "pairs"
-            if isinstance(obj, dict) and "query" in obj and "passage" in obj:
-                return SIMPLE
-        elif " [SEP] " in text and "\t" in text:
-            return "crag-evaluator"
-        break
-    raise DataError(path, None, "cannot tell the input format from the first line; pass --format "
-                    "(pairs, simple, crag-evaluator, or another reader format)", "unknown-format")
-
-
 def _pair_row(p: LabelledPair) -> Row:
     return Row(p.query, p.passage, p.query_id, p.passage.id, p.label)
 
 
-def open_rows(args: argparse.Namespace, path: Path, rejects: Rejects | None) -> tuple[str, Iterator[Row]]:
-    """The input's format and its rows."""
+def input_format(args: argparse.Namespace, path: Path) -> str:
     require_path(path, "input file")
-    fmt = args.format if args.format != "auto" else detect_format(path)
+    return args.format if args.format != "auto" else detect_format(path)
+
+
+def open_rows(args: argparse.Namespace, path: Path, rejects: Rejects | None, fmt: str | None = None) -> tuple[str, Iterator[Row]]:
+    """The input's format and its rows."""
+    fmt = fmt or input_format(args, path)
     extra = {k: getattr(args, k) for k in READER_OPTIONS if getattr(args, k, None) not in (None, False)}
-    if fmt == SIMPLE:
+    if fmt in (SIMPLE, SENTENCES):
         if extra:
-            raise ValueError(f"format 'simple' does not take {', '.join('--' + k.replace('_', '-') for k in extra)}")
+            raise ValueError(f"format {fmt!r} does not take {', '.join('--' + k.replace('_', '-') for k in extra)}")
+        if fmt == SENTENCES:
+            raise ValueError(f"{path}: format 'sentences' (gold key sentences) is for evaluating an extractor export")
         return fmt, read_simple(path, rejects)
     from data_prep.convert import reader_kwargs
-    from data_prep.readers import FORMATS, _load_all
-    from data_prep.readers._common import open_pairs
+    from data_prep.readers import FORMATS, load_all
+    from data_prep.readers.common import open_pairs
 
-    _load_all()
+    load_all()
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; known formats: auto, {SIMPLE}, {', '.join(sorted(FORMATS))}")
     ns = argparse.Namespace(input=str(path), format=fmt, to="pairs", **{k: getattr(args, k, None) for k in READER_OPTIONS})
@@ -179,19 +136,34 @@ def _load_model(args: argparse.Namespace):
 
 def _score_rows(model, rows: list[Row]) -> tuple[np.ndarray, np.ndarray, Any]:
     """Calibrated and raw probabilities of ``rows`` and the truncation counts."""
-    q, p = model.texts((r.query, r.passage) for r in rows)
-    z, stats = model.engine.logits(q, p)
-    return model.calibrate(z), model.sigmoid(z), stats
+    return model.score_texts(*model.texts((r.query, r.passage) for r in rows))
 
 
 def _thresholds(model, args: argparse.Namespace) -> tuple[float, float | None, str]:
-    hi, lo = model.thresholds(args.theta_high, args.theta_low, args.two_tier)
+    """The decision threshold(s) in force: ``(theta_high, theta_low)`` for an evaluator,
+    ``(threshold, None)`` for an answer classifier."""
     source = "override" if args.theta_high is not None or args.theta_low is not None else "manifest"
+    if model.task == "answer_classifier":
+        if args.theta_low is not None or args.two_tier:
+            raise ValueError("an answer classifier has one threshold: use --threshold (or --theta-high), not "
+                             "--theta-low / --two-tier")
+        t = model.threshold if args.theta_high is None else args.theta_high
+        return float(t), None, source
+    hi, lo = model.thresholds(args.theta_high, args.theta_low, args.two_tier)
     return hi, lo, source
 
 
-def _progress(desc: str, disable: bool):
-    return tqdm(desc=desc, unit=" pairs", disable=True if disable else None, mininterval=1.0)
+def _progress(desc: str, disable: bool, unit: str = " pairs"):
+    return tqdm(desc=desc, unit=unit, disable=True if disable else None, mininterval=1.0)
+
+
+def _common_summary(model, args, rejects, rdir) -> dict[str, Any]:
+    return {
+        "model": str(args.model), "task": model.task, "max_length": model.spec.max_length,
+        "rejected": rejects.summary() if rejects is not None else {"total": 0, "by_reason": {}},
+        "rejects_dir": str(rdir) if rejects is not None and rejects.total else None,
+        "device": str(model.device), "dtype": "bf16" if model.engine.autocast_dtype is not None else "fp32",
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,68 +171,85 @@ def _progress(desc: str, disable: bool):
 
 
 def score_file(args: argparse.Namespace) -> dict[str, Any]:
-    """Score every pair of ``args.input`` into ``args.output``; returns the summary."""
-    from .metrics import action_of
-
+    """Score every row of ``args.input`` into ``args.output``; returns the summary."""
     out = Path(args.output)
     _refuse_existing(out, args.overwrite)
     inp = require_path(args.input, "input file")
     model = _load_model(args)
-    hi, lo, source = _thresholds(model, args)
+    extractor = model.task == "extractor"
+    hi, lo, source = (None, None, "manifest") if extractor else _thresholds(model, args)
     rejects, rdir = _rejects_for(args, out)
     t0 = time.time()
-    n = truncated = queries_truncated = 0
-    actions = dict.fromkeys(("Correct", "Ambiguous", "Incorrect"), 0)
+    n = truncated = queries_truncated = sentences = 0
+    decisions: dict[str, int] = {}
     try:
         fmt, rows = open_rows(args, inp, rejects)
         with atomic_write(out) as f, _progress("scoring", args.no_progress) as bar:
             for chunk in chunks(rows, args.chunk_size):
-                probs, raw, stats = _score_rows(model, chunk)
-                truncated += stats.passages_truncated
-                queries_truncated += stats.queries_truncated
                 lines = []
-                for r, s, rs in zip(chunk, probs.tolist(), raw.tolist()):
-                    a = action_of(s, hi, lo)
-                    actions[a] += 1
-                    rec = {"index": n, "query_id": r.query_id, "passage_id": r.passage_id, "score": s, "raw_score": rs,
-                           "action": a}
-                    if r.label is not None:
-                        rec["label"] = r.label
-                    lines.append(json.dumps(rec, ensure_ascii=False))
-                    n += 1
-                f.write("\n".join(lines) + "\n")
+                if extractor:
+                    kept = model.extract_many([(r.query, r.passage) for r in chunk], args.top_k, args.min_score)
+                    for r, ks in zip(chunk, kept):
+                        sentences += len(ks)
+                        lines.append(json.dumps({"index": n, "query_id": r.query_id, "passage_id": r.passage_id,
+                                                 "sentences": [k.to_dict() for k in ks]}, ensure_ascii=False))
+                        n += 1
+                else:
+                    probs, raw, stats = _score_rows(model, chunk)
+                    truncated += stats.passages_truncated
+                    queries_truncated += stats.queries_truncated
+                    for r, s, rs in zip(chunk, probs.tolist(), raw.tolist()):
+                        rec = {"index": n, "query_id": r.query_id, "passage_id": r.passage_id, "score": s, "raw_score": rs}
+                        if model.task == "answer_classifier":
+                            rec["has_answer"] = bool(s >= hi)
+                            key = "has_answer" if rec["has_answer"] else "no_answer"
+                        else:
+                            rec["action"] = key = action_of(s, hi, lo)
+                        decisions[key] = decisions.get(key, 0) + 1
+                        if r.label is not None:
+                            rec["label"] = r.label
+                        lines.append(json.dumps(rec, ensure_ascii=False))
+                        n += 1
+                if lines:
+                    f.write("\n".join(lines) + "\n")
                 bar.update(len(chunk))
+            if n == 0:  # inside the atomic write: nothing is left behind
+                raise DataError(inp, None, "no rows to score" + (f" ({rejects.total} rejected)" if rejects else ""),
+                                "empty")
     finally:
         if rejects is not None:
             rejects.close()
     seconds = time.time() - t0
-    summary = {
-        "model": str(args.model),
-        "input": str(inp),
-        "format": fmt,
-        "output": str(out),
-        "pairs": n,
-        "passages_truncated": truncated,
-        "queries_truncated": queries_truncated,
-        "max_length": model.spec.max_length,
-        "actions": actions,
-        "thresholds": {"theta_high": hi, "theta_low": lo, "two_tier": lo is None, "source": source},
-        "rejected": rejects.summary() if rejects is not None else {"total": 0, "by_reason": {}},
-        "rejects_dir": str(rdir) if rejects is not None and rejects.total else None,
-        "device": str(model.device),
-        "dtype": "bf16" if model.engine.autocast_dtype is not None else "fp32",
-        "seconds": round(seconds, 3),
-        "pairs_per_s": round(n / seconds, 2) if seconds > 0 else None,
-    }
+    summary = {"input": str(inp), "format": fmt, "output": str(out), "rows": n, "pairs": n,
+               **_common_summary(model, args, rejects, rdir)}
+    if extractor:
+        d = model.decision
+        summary.update({"sentences_kept": sentences,
+                        "rule": {"top_k": args.top_k or d.top_k,
+                                 "min_score": d.min_score if args.min_score is None else args.min_score}})
+    else:
+        summary.update({"passages_truncated": truncated, "queries_truncated": queries_truncated})
+        if model.task == "answer_classifier":
+            summary.update({"decisions": dict.fromkeys(("has_answer", "no_answer"), 0) | decisions,
+                            "threshold": {"value": hi, "source": source}})
+        else:
+            summary.update({"actions": dict.fromkeys(("Correct", "Ambiguous", "Incorrect"), 0) | decisions,
+                            "thresholds": {"theta_high": hi, "theta_low": lo, "two_tier": lo is None, "source": source}})
+    summary.update({"seconds": round(seconds, 3), "pairs_per_s": round(n / seconds, 2) if seconds > 0 else None})
     write_json(out.parent / f"{out.name}.meta.json", summary)
     return summary
 
 
 def run_score(args: argparse.Namespace) -> int:
     s = score_file(args)
-    print(f"scored {s['pairs']} pairs into {s['output']} ({s['pairs_per_s']} pairs/s); "
-          f"actions: {', '.join(f'{k} {v}' for k, v in s['actions'].items())}; "
-          f"passages truncated to {s['max_length']} tokens: {s['passages_truncated']}")
+    if s["task"] == "extractor":
+        print(f"extracted {s['sentences_kept']} key sentences from {s['rows']} passages into {s['output']} "
+              f"({s['pairs_per_s']} passages/s)")
+    else:
+        what = s.get("actions") or s.get("decisions")
+        print(f"scored {s['pairs']} pairs into {s['output']} ({s['pairs_per_s']} pairs/s); "
+              f"{'actions' if 'actions' in s else 'decisions'}: {', '.join(f'{k} {v}' for k, v in what.items())}; "
+              f"passages truncated to {s['max_length']} tokens: {s['passages_truncated']}")
     if args.skip_bad:
         rej = s["rejected"]
         reasons = ", ".join(f"{k}: {v}" for k, v in rej["by_reason"].items()) or "none"
@@ -273,13 +262,20 @@ def run_score(args: argparse.Namespace) -> int:
 
 
 def evaluate_file(args: argparse.Namespace) -> dict[str, Any]:
-    """Metrics of the model on the labelled pairs of ``args.data``; written to ``args.output_json``."""
-    from .metrics import evaluate_scores, expected_calibration_error, roc_auc
-
+    """Metrics of the model on the labelled data of ``args.data``; written to ``args.output_json``."""
     out = Path(args.output_json)
     _refuse_existing(out, args.overwrite)
     data = require_path(args.data, "data file")
     model = _load_model(args)
+    if model.task == "extractor":
+        metrics = _evaluate_extractor(args, model, data, out)
+    else:
+        metrics = _evaluate_pairs(args, model, data, out)
+    write_json(out, metrics)
+    return metrics
+
+
+def _evaluate_pairs(args, model, data: Path, out: Path) -> dict[str, Any]:
     hi, lo, source = _thresholds(model, args)
     rejects, rdir = _rejects_for(args, out)
     t0 = time.time()
@@ -302,25 +298,101 @@ def evaluate_file(args: argparse.Namespace) -> dict[str, Any]:
     if not labels:
         raise DataError(data, None, "no pairs to evaluate", "empty")
     probs_a, raw_a = np.concatenate(probs), np.concatenate(raw)
-    metrics = evaluate_scores(probs_a, labels, hi, lo, query_ids=qids)
-    metrics["thresholds"].update({"two_tier": lo is None, "source": source})
-    metrics["decision_threshold"] = {
-        "name": "theta_high", "value": hi,
-        "rule": "a pair counts as relevant when its calibrated score >= theta_high"
-                + (" (two-tier mode: the single threshold)" if lo is None else ""),
-    }
+    evaluator = model.task == "evaluator"
+    metrics = evaluate_scores(probs_a, labels, hi, lo, query_ids=qids, actions=evaluator)
+    if evaluator:
+        metrics["thresholds"].update({"two_tier": lo is None, "source": source})
+        metrics["decision_threshold"] = {
+            "name": "theta_high", "value": hi,
+            "rule": "a pair counts as relevant when its calibrated score >= theta_high"
+                    + (" (two-tier mode: the single threshold)" if lo is None else ""),
+        }
+    else:
+        metrics["decision_threshold"] = {"name": "threshold", "value": hi, "source": source,
+                                         "rule": "a passage holds the answer when its calibrated score >= threshold"}
     metrics["raw"] = {"auc": roc_auc(raw_a, labels), "ece": expected_calibration_error(raw_a, labels)}
-    metrics.update({
-        "model": str(args.model), "data": str(data), "format": fmt, "passages_truncated": truncated,
-        "max_length": model.spec.max_length,
-        "rejected": rejects.summary() if rejects is not None else {"total": 0, "by_reason": {}},
-        "rejects_dir": str(rdir) if rejects is not None and rejects.total else None,
-        "device": str(model.device), "dtype": "bf16" if model.engine.autocast_dtype is not None else "fp32",
-        "seconds": round(time.time() - t0, 3),
-    })
+    metrics.update({"data": str(data), "format": fmt, "passages_truncated": truncated,
+                    **_common_summary(model, args, rejects, rdir), "seconds": round(time.time() - t0, 3)})
     if args.plots:
-        metrics["plots"] = _plots(model, args.plots, probs_a, raw_a, labels, hi, lo)
-    write_json(out, metrics)
+        marks = {"theta_high": hi, "theta_low": lo} if evaluator else {"threshold": hi}
+        target = getattr(model.decision, "precision_target", None)
+        metrics["plots"] = _plots(args.plots, probs_a, raw_a, labels, marks, target)
+    return metrics
+
+
+def _sentence_items(args, model, data: Path, rejects, fmt: str) -> Iterator[tuple[SentenceRow, list, list[float]]]:
+    """Each gold row with its predicted sentence spans (best first) and their scores."""
+    if fmt == SENTENCES:
+        rows = read_sentence_rows(data, rejects)
+        for chunk in chunks(rows, max(1, args.chunk_size // 16)):
+            split = [r for r in chunk if r.sentences is None]
+            given = [r for r in chunk if r.sentences is not None]
+            scored = dict(zip(map(id, split), model.score_sentences([(r.query, r.passage) for r in split])))
+            if given:
+                qs = [r.query for r in given for _ in r.sentences]
+                ss = [s for r in given for s in r.sentences]
+                for s_ in ss:
+                    model.passage_text(s_, f"{data}: a given sentence")
+                probs = model.score_texts(qs, ss)[0].tolist() if qs else []
+                at = 0
+                for r in given:
+                    scored[id(r)] = ([(i, i + 1) for i in range(len(r.sentences))], probs[at: at + len(r.sentences)])
+                    at += len(r.sentences)
+            for r in chunk:
+                sents, scores = scored[id(r)]
+                spans = [(s.start, s.end) if hasattr(s, "start") else s for s in sents]
+                gold = r.gold_spans if r.sentences is None else [(g, g + 1) for g in r.gold]
+                order = sorted(range(len(spans)), key=lambda j: (-scores[j], j))
+                yield r, gold, [spans[j] for j in order], [scores[j] for j in order]
+        return
+    # our extractor sentence pairs: one group per (query, parent passage)
+    _, rows = open_rows(args, data, rejects, fmt)
+    groups: dict[tuple[str, str], list[Row]] = {}
+    for r in _labelled(rows, data):
+        parent = r.passage.metadata.get("parent_id") if hasattr(r.passage, "metadata") else None
+        groups.setdefault((r.query_id, str(parent or r.passage_id)), []).append(r)
+    keys = list(groups)
+    for i in range(0, len(keys), max(1, args.chunk_size // 16)):
+        batch = [groups[k] for k in keys[i : i + max(1, args.chunk_size // 16)]]
+        flat = [r for g in batch for r in g]
+        probs = _score_rows(model, flat)[0].tolist()
+        at = 0
+        for g in batch:
+            sc = probs[at : at + len(g)]
+            at += len(g)
+            idx = [int(r.passage.metadata.get("sentence_index", j)) for j, r in enumerate(g)]
+            gold = [(idx[j], idx[j] + 1) for j, r in enumerate(g) if r.label >= 0.5]
+            if not gold:
+                continue
+            order = sorted(range(len(g)), key=lambda j: (-sc[j], idx[j]))
+            row = SentenceRow(0, g[0].query, g[0].query_id, None, None)
+            yield row, gold, [(idx[j], idx[j] + 1) for j in order], [sc[j] for j in order]
+
+
+def _evaluate_extractor(args, model, data: Path, out: Path) -> dict[str, Any]:
+    fmt = input_format(args, data)
+    if fmt not in (SENTENCES, "pairs"):
+        raise ValueError(f"{data}: an extractor is evaluated on gold key sentences (format 'sentences') or on our "
+                         f"extractor sentence pairs (format 'pairs'), not {fmt!r}")
+    rejects, rdir = _rejects_for(args, out)
+    t0 = time.time()
+    ranked, golds, top_scores = [], [], []
+    try:
+        with _progress("evaluating", args.no_progress, " passages") as bar:
+            for _, gold, spans, scores in _sentence_items(args, model, data, rejects, fmt):
+                ranked.append(spans)
+                golds.append(gold)
+                top_scores.append(scores[0] if scores else None)
+                bar.update(1)
+    finally:
+        if rejects is not None:
+            rejects.close()
+    if not ranked:
+        raise DataError(data, None, "no passages with gold sentences to evaluate", "empty")
+    metrics = extraction_metrics(ranked, golds, k=3)
+    metrics.update({"data": str(data), "format": fmt, "rule": "a predicted sentence counts as gold when its span "
+                    "overlaps a gold sentence's span by at least half of its own length",
+                    **_common_summary(model, args, rejects, rdir), "seconds": round(time.time() - t0, 3)})
     return metrics
 
 
@@ -331,20 +403,23 @@ def _labelled(rows: Iterable[Row], path: Path) -> Iterator[Row]:
         yield r
 
 
-def _plots(model, folder: str, probs, raw, labels, hi: float, lo: float | None) -> list[str]:
-    from training.calibration import Thresholds, write_plots
+def _plots(folder: str, probs, raw, labels, marks: dict[str, float | None], target: float | None) -> list[str]:
+    from .plots import write_plots
 
-    t = model.manifest.get("thresholds", {})
-    th = Thresholds(hi, hi if lo is None else lo, t.get("method", "manifest"), t.get("precision_target", 0.9),
-                    t.get("npv_target", 0.9), len(labels), int(sum(1 for y in labels if y >= 0.5)))
-    return [str(Path(folder) / f) for f in write_plots(folder, probs, labels, th, raw_probs=raw)]
+    return [str(Path(folder) / f) for f in write_plots(folder, probs, labels, marks, target, raw_probs=raw)]
 
 
 def run_evaluate(args: argparse.Namespace) -> int:
     m = evaluate_file(args)
+    if m["task"] == "extractor":
+        keys = ("n", "p@1", "r@3", "mrr", "gold_sentences", "sentences")
+        print(", ".join(f"{k} {m[k]:.4f}" if isinstance(m[k], float) else f"{k} {m[k]}" for k in keys))
+        print(f"metrics in {args.output_json}")
+        return 0
     keys = ("n", "positives", "accuracy", "precision", "recall", "f1", "auc", "ece", "mrr@10", "ndcg@10")
     print(", ".join(f"{k} {m[k]:.4f}" if isinstance(m[k], float) else f"{k} {m[k]}" for k in keys if m.get(k) is not None))
-    print(f"accuracy at theta_high = {m['decision_threshold']['value']:.4f}; metrics in {args.output_json}")
+    print(f"accuracy at {m['decision_threshold']['name']} = {m['decision_threshold']['value']:.4f}; "
+          f"metrics in {args.output_json}")
     return 0
 
 
@@ -353,10 +428,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", required=True, help="export folder (with evaluator.json)")
+    p.add_argument("--model", required=True, help="export folder (evaluator.json, answer_classifier.json or extractor.json)")
     p.add_argument("--format", default="auto",
                    help="input format: auto (default: from the first line), pairs, simple, crag-evaluator, or any "
-                        "reader format of `python -m data_prep convert`")
+                        "reader format of `python -m data_prep convert`; sentences for an extractor's gold sentences")
     p.add_argument("--corpus", help="corpus file, for formats that take one separately")
     p.add_argument("--queries", help="queries file (msmarco, beir)")
     p.add_argument("--qrels", help="qrels file (msmarco, beir)")
@@ -369,9 +444,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast where the device supports it")
     p.add_argument("--device", default=None, help="cuda, mps, cpu, cuda:1, ... (default: CUDA, then MPS, then CPU)")
     p.add_argument("--trust-pickle", action="store_true", help="allow pickle weights (.bin/.pt): only for models you trust")
-    p.add_argument("--theta-high", type=float, default=None, help="override the manifest's theta_high")
+    p.add_argument("--theta-high", "--threshold", type=float, default=None,
+                   help="override the manifest's theta_high (evaluator) or threshold (answer classifier)")
     p.add_argument("--theta-low", type=float, default=None, help="override the manifest's theta_low")
     p.add_argument("--two-tier", action="store_true", help="one threshold (theta_high), no Ambiguous band")
+    p.add_argument("--top-k", type=int, default=None, help="extractor: sentences kept per passage (default: the manifest's)")
+    p.add_argument("--min-score", type=float, default=None, help="extractor: minimum sentence score (default: the manifest's)")
     p.add_argument("--chunk-size", type=int, default=8192, help="pairs read and scored per step (memory bound)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -381,12 +459,14 @@ def build_parser() -> argparse.ArgumentParser:
                                      epilog="See inference/cli.py for the input formats and the bad-input policy.")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("score", help="score (query, passage) pairs: calibrated score and CRAG action per pair")
+    s = sub.add_parser("score", help="score (query, passage) pairs: calibrated score and the task's decision per pair "
+                                     "(an extractor: the key sentences of each passage)")
     s.add_argument("--input", required=True, help="pairs to score (JSONL or a reader format)")
     s.add_argument("--output", required=True, help="output JSONL (.gz compresses): index, ids, score, raw_score, action")
     _common(s)
     s.set_defaults(func=run_score)
-    e = sub.add_parser("evaluate", help="metrics on labelled pairs: accuracy, AUC, F1, ECE, MRR/nDCG, action table")
+    e = sub.add_parser("evaluate", help="the task's metrics on labelled data: accuracy, AUC, F1, ECE, MRR/nDCG, action "
+                                        "table; an extractor's p@1, r@3, mrr")
     e.add_argument("--data", required=True, help="labelled pairs (JSONL or a reader format)")
     e.add_argument("--output-json", required=True, help="metrics JSON")
     e.add_argument("--plots", default=None, help="folder for reliability / histogram / threshold plots")

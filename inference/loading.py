@@ -1,19 +1,23 @@
 """Load an export through its manifest, and refuse what this version does not understand.
 
-:func:`load` reads the manifest of an export folder (``evaluator.json`` for the retrieval
-evaluator), checks its schema version and task, checks the weights *before* anything is
-deserialised, and hands the folder to the loader registered for the task:
+:func:`load` reads the manifest of an export folder (:mod:`inference.manifest`; its file is named
+after the task: ``evaluator.json``, ``answer_classifier.json`` or ``extractor.json``), checks its
+schema version and task, checks the weights *before* anything is deserialised, and hands the folder
+to the loader its task registered (:mod:`inference.tasks`):
 
 * a folder without a manifest (not an export, or one whose export was interrupted: exports are
   renamed into place only after the manifest is written) is refused;
 * an unknown ``schema_version`` or ``task`` is refused, naming the versions and tasks known here;
-* missing weights, safetensors that do not parse (truncated, not safetensors) and weights that do
-  not cover the model (a lost scoring head) are refused;
+  ``load(path, task="extractor")`` refuses an export of another task;
+* missing weights, safetensors that do not parse (truncated, not safetensors), weights whose sha256
+  differs from the manifest's, and weights that do not cover the model (a lost scoring head) are
+  refused;
 * pickle weights (``*.bin``, ``*.pt``, ``*.pth``, ``*.ckpt``) can run arbitrary code when loaded and
   are refused unless ``trust_pickle=True``.
 
-Tasks register with :func:`register_task`; the answer-existence classifier and the extractor will
-slot in beside ``evaluator`` with their own manifest name and loader.
+Nothing here imports the training code or a training-only package (accelerate, peft, datasets,
+wandb, ...): serving installs without them. A LoRA adapter-only export needs ``peft`` to merge its
+adapter; the message says so when it is missing.
 
 Device: ``device=None`` picks CUDA, then Apple MPS, then the CPU. Precision: ``dtype=None`` /
 ``"fp32"`` runs in float32; ``"bf16"`` runs the forward pass under bfloat16 autocast where the
@@ -27,9 +31,13 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
+
+from .manifest import ExportError, Manifest, file_sha256
+from .modeling import label_token_ids, load_backbone, resolve_model_path
+from .tasks import TASKS, load_all_tasks, task_spec
 
 logger = logging.getLogger(__name__)
 
@@ -37,61 +45,17 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 DTYPES = ("fp32", "bf16")
 
 
-class ExportError(ValueError):
-    """An export this version cannot (or will not) load; the message names the path and the fix."""
-
-
-@dataclass(frozen=True)
-class TaskType:
-    """A task this package can load: the manifest file that marks its exports, the schema versions
-    understood, and the function that builds the model object."""
-
-    name: str
-    manifest: str
-    schema_versions: tuple[int, ...]
-    loader: Callable[..., Any]
-
-
-#: task name -> TaskType. Filled by :func:`register_task` (the evaluator registers in engine.py).
-TASKS: dict[str, TaskType] = {}
-
-
-def register_task(name: str, manifest: str, schema_versions: tuple[int, ...] = (1,)):
-    """Decorator: ``loader(export: Export, options: LoadOptions) -> model`` loads exports of ``name``."""
-
-    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        TASKS[name] = TaskType(name, manifest, tuple(schema_versions), fn)
-        return fn
-
-    return deco
-
-
-def _load_all_tasks() -> None:
-    from . import engine  # noqa: F401  (registers "evaluator")
-
-
 @dataclass
 class Export:
-    """An export folder and its parsed manifest."""
+    """An export folder and its parsed, checked manifest."""
 
     path: Path
     manifest_path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
 
-    def get(self, dotted: str, kind: type | tuple[type, ...] | None = None, default: Any = ...) -> Any:
-        """``manifest["a"]["b"]`` for ``"a.b"``; a missing or mistyped required key is an ExportError."""
-        cur: Any = self.manifest
-        for part in dotted.split("."):
-            if not isinstance(cur, dict) or part not in cur:
-                if default is not ...:
-                    return default
-                raise ExportError(f"{self.manifest_path}: missing '{dotted}' (the manifest is incomplete)")
-            cur = cur[part]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        if kind is not None and (not isinstance(cur, kinds) or isinstance(cur, bool) and bool not in kinds):
-            want = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-            raise ExportError(f"{self.manifest_path}: '{dotted}' must be {want}, got {type(cur).__name__}")
-        return cur
+    @property
+    def task(self) -> str:
+        return self.manifest.task
 
 
 @dataclass
@@ -111,17 +75,20 @@ class LoadOptions:
 # manifest
 
 
+def manifest_names() -> list[str]:
+    return sorted(t.manifest for t in TASKS.values())
+
+
 def read_export(path: str | os.PathLike) -> Export:
     """The export at ``path`` (a folder, or its manifest file) with its manifest checked."""
-    _load_all_tasks()
     p = Path(path).expanduser()
     if not p.exists():
         raise ExportError(f"model folder not found: {p}")
+    names = manifest_names()
     if p.is_file():
-        if p.name not in {t.manifest for t in TASKS.values()}:
+        if p.name not in names:
             raise ExportError(f"{p}: expected an export folder (or its manifest), got a file")
         p = p.parent
-    names = sorted({t.manifest for t in TASKS.values()})
     found = [p / n for n in names if (p / n).is_file()]
     if not found:
         hint = ""
@@ -131,34 +98,12 @@ def read_export(path: str | os.PathLike) -> Export:
             hint = " It holds weights but no manifest: an interrupted export, or a plain transformers checkpoint."
         raise ExportError(
             f"{p}: no manifest ({' or '.join(names)}); not an export of this package.{hint} "
-            "Exports are written by training/train_evaluator.py (export_dir)."
+            "Exports are written by training/train_evaluator.py, train_answer_classifier.py and train_extractor.py "
+            "(export_dir)."
         )
     if len(found) > 1:
         raise ExportError(f"{p}: several manifests ({', '.join(f.name for f in found)}); one export per folder")
-    mpath = found[0]
-    try:
-        manifest = json.loads(mpath.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ExportError(f"{mpath}: the manifest is not valid JSON ({e})") from None
-    if not isinstance(manifest, dict):
-        raise ExportError(f"{mpath}: the manifest must be a JSON object, got {type(manifest).__name__}")
-    export = Export(p, mpath, manifest)
-    task = manifest.get("task")
-    if task not in TASKS:
-        raise ExportError(
-            f"{mpath}: unknown task {task!r}; this version of inference loads: {', '.join(sorted(TASKS))}"
-        )
-    tt = TASKS[task]
-    version = manifest.get("schema_version")
-    if isinstance(version, bool) or version not in tt.schema_versions:
-        known = ", ".join(map(str, tt.schema_versions))
-        raise ExportError(
-            f"{mpath}: schema_version {version!r} is not supported for task {task!r} (this version reads {known}); "
-            "upgrade crag-evaluators or re-export the model"
-        )
-    if mpath.name != tt.manifest:
-        raise ExportError(f"{mpath}: task {task!r} exports keep their manifest in {tt.manifest}, not {mpath.name}")
-    return export
+    return Export(p, found[0], Manifest.read(found[0]))
 
 
 # --------------------------------------------------------------------------------------------
@@ -262,9 +207,7 @@ def weight_files(folder: Path, stem: str, trust_pickle: bool) -> tuple[list[Path
 def verify_checksums(export: Export, files: list[Path]) -> None:
     """Each weight file must hash to the ``model.files_sha256`` the export recorded (exports made
     before checksums were recorded have none, and are loaded unchecked)."""
-    from training.export import file_sha256
-
-    recorded = export.get("model.files_sha256", (dict, type(None)), None)
+    recorded = export.manifest.model.files_sha256
     if not recorded:
         return
     for f in files:
@@ -282,10 +225,9 @@ def _missing_keys_error(where: Path, missing: list[str], what: str) -> ExportErr
                        "the export is incomplete or belongs to another architecture")
 
 
-def load_full_model(export: Export, head: str, options: LoadOptions):
+def load_full_model(export: Export, options: LoadOptions):
     """``from_pretrained`` of a full (or merged-LoRA) export; every tensor must come from the file."""
-    from training.modeling import load_backbone
-
+    head = export.manifest.model.head
     files, is_pickle = weight_files(export.path, "model", options.trust_pickle)
     verify_checksums(export, files)
     try:
@@ -304,10 +246,8 @@ def load_full_model(export: Export, head: str, options: LoadOptions):
 
 
 def _base_model_path(export: Export, options: LoadOptions) -> str:
-    from training.modeling import resolve_model_path
-
     tried = []
-    for cand in (options.base_model, export.get("model.base_model", str, None), export.get("model.backbone", str, None)):
+    for cand in (options.base_model, export.manifest.model.base_model, export.manifest.model.backbone):
         if not cand:
             continue
         tried.append(cand)
@@ -321,13 +261,15 @@ def _base_model_path(export: Export, options: LoadOptions) -> str:
                       f"(tried {', '.join(map(repr, tried)) or 'nothing'}); pass base_model=PATH")
 
 
-def load_adapter_model(export: Export, head: str, options: LoadOptions):
+def load_adapter_model(export: Export, options: LoadOptions):
     """Base model + the export's LoRA adapter (whose ``modules_to_save`` must hold the scoring head),
-    merged for inference."""
-    from peft import PeftModel
-
-    from training.modeling import load_backbone
-
+    merged for inference. Needs ``peft``."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        raise ExportError(f"{export.path}: a lora-adapter export needs the peft package to merge its adapter "
+                          "(pip install peft, or crag-evaluators[train]); or export with merge_lora: true") from None
+    head = export.manifest.model.head
     files, is_pickle = weight_files(export.path, "adapter_model", options.trust_pickle)
     verify_checksums(export, files)
     cfg_file = export.path / "adapter_config.json"
@@ -370,12 +312,35 @@ def load_tokenizer(export: Export):
     return tok
 
 
+def build_engine(export: Export, options: LoadOptions):
+    """The weights, tokenizer and :class:`~inference.engine.ScoringEngine` of an export (every task
+    scores pairs the same way)."""
+    from .engine import ScoringEngine
+
+    m = export.manifest
+    if m.model.weights in ("full", "merged-lora"):
+        model = load_full_model(export, options)
+    else:
+        model = load_adapter_model(export, options)
+    tokenizer = load_tokenizer(export)
+    label_ids = None
+    if m.spec.head == "seq2seq":
+        try:
+            label_ids = label_token_ids(tokenizer, m.spec.label_tokens)
+        except ValueError as e:
+            raise ExportError(f"{export.path}: {e}") from None
+    return ScoringEngine(model, tokenizer, m.spec, options.device, label_ids, options.autocast_dtype,
+                         options.batch_tokens, cpu_fast_path=options.cpu_fast_path,
+                         first_token_layer=options.first_token_layer)
+
+
 # --------------------------------------------------------------------------------------------
 # entry point
 
 
 def load(
     path: str | os.PathLike,
+    task: str | None = None,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
     trust_pickle: bool = False,
@@ -384,24 +349,32 @@ def load(
     cpu_fast_path: bool = False,
     first_token_layer: bool = True,
 ):
-    """Load the export at ``path`` as the object for its task (an :class:`~inference.engine.Evaluator`
-    for ``task: evaluator``).
+    """Load the export at ``path`` as the object for its task: an
+    :class:`~inference.evaluator.Evaluator`, :class:`~inference.answer.AnswerClassifier` or
+    :class:`~inference.extractor.Extractor`.
 
-    ``device``: ``None`` (CUDA, MPS, CPU in that order) or a torch device string. ``dtype``: ``None``
-    or ``"fp32"``, or ``"bf16"`` (autocast where supported). ``trust_pickle``: allow ``.bin``/``.pt``
-    weights. ``batch_tokens``: padded-token budget per forward pass (default per device).
-    ``base_model``: base weights for a LoRA-adapter export, when the path in its manifest is gone.
-    ``cpu_fast_path``: opt-in; on the CPU in fp32, run linear layers through oneDNN with pre-packed
-    weights (checked against the plain model on a probe batch at load; measure it on your machine
-    first, see :class:`~inference.engine.ScoringEngine`).
+    ``task``: ``None`` (whatever the export is) or the task the caller needs; an export of another
+    task is refused. ``device``: ``None`` (CUDA, MPS, CPU in that order) or a torch device string.
+    ``dtype``: ``None`` or ``"fp32"``, or ``"bf16"`` (autocast where supported). ``trust_pickle``:
+    allow ``.bin``/``.pt`` weights. ``batch_tokens``: padded-token budget per forward pass (default
+    per device). ``base_model``: base weights for a LoRA-adapter export, when the path in its
+    manifest is gone. ``cpu_fast_path``: opt-in; on the CPU in fp32, run linear layers through
+    oneDNN with pre-packed weights (checked against the plain model on a probe batch at load;
+    measure it on your machine first, see :class:`~inference.engine.ScoringEngine`).
     ``first_token_layer``: for BERT-style cross-encoders, compute the last layer for the first
     position only, the one the classification head reads (checked the same way).
     """
+    if task is not None:
+        task_spec(task)
     export = read_export(path)
+    if task is not None and export.task != task:
+        raise ExportError(f"{export.path}: this is a{'n' if export.task[0] in 'aeiou' else ''} {export.task} export "
+                          f"({export.manifest_path.name}), not a{'n' if task[0] in 'aeiou' else ''} {task} export")
     dev = resolve_device(device)
     options = LoadOptions(dev, resolve_dtype(dtype, dev), trust_pickle, batch_tokens, base_model, cpu_fast_path,
                           first_token_layer)
-    task = TASKS[export.manifest["task"]]
-    logger.info("loading %s export %s on %s%s", task.name, export.path, dev,
+    load_all_tasks()
+    spec = TASKS[export.task]
+    logger.info("loading %s export %s on %s%s", spec.name, export.path, dev,
                 " (bf16 autocast)" if options.autocast_dtype is not None else "")
-    return task.loader(export, options)
+    return spec.loader(export, options)

@@ -1,4 +1,11 @@
-"""The one implementation of evaluator metrics, used at training time and by ``python -m inference evaluate``.
+"""The one implementation of the metrics, used at training time, at export and by
+``python -m inference evaluate``.
+
+* pair metrics (every task's labelled pairs): accuracy, precision, recall, F1 and NPV at a
+  threshold, ROC AUC, ECE, MRR@10 / nDCG@10 / P@1 per query group, CRAG's action table;
+* extraction metrics (a key-sentence extractor over passages with gold sentences): ``p@1``,
+  ``r@3`` and ``mrr``, where a predicted sentence counts as gold when its span overlaps a gold
+  sentence's span by at least half of its own length.
 
 Scores are probabilities in [0, 1]; labels are 0/1 (soft labels are binarised at 0.5).
 """
@@ -10,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-ACTIONS = ("Correct", "Ambiguous", "Incorrect")
+from .decisions import ACTIONS, action_of, query_action  # noqa: F401  (re-exported)
 
 
 def _as_arrays(scores: Sequence[float], labels: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -21,15 +28,24 @@ def _as_arrays(scores: Sequence[float], labels: Sequence[float]) -> tuple[np.nda
     return s, y
 
 
+def average_ranks(s: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``s``, ties sharing the average of their ranks (as scipy's ``rankdata``)."""
+    order = np.argsort(s, kind="mergesort")
+    srt = s[order]
+    edges = np.flatnonzero(np.r_[True, srt[1:] != srt[:-1], True])
+    starts, ends = edges[:-1], edges[1:]
+    ranks = np.empty(len(s), dtype=np.float64)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
+    return ranks
+
+
 def roc_auc(scores: Sequence[float], labels: Sequence[float]) -> float | None:
     """Area under the ROC curve (ties count one half); ``None`` when only one class is present."""
     s, y = _as_arrays(scores, labels)
     n_pos, n_neg = int(y.sum()), int(len(y) - y.sum())
     if n_pos == 0 or n_neg == 0:
         return None
-    from scipy.stats import rankdata
-
-    ranks = rankdata(s)  # average ranks handle ties
+    ranks = average_ranks(s)  # ties count one half
     return float((ranks[y == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
@@ -68,24 +84,6 @@ def binary_at(scores: Sequence[float], labels: Sequence[float], threshold: float
     }
 
 
-def action_of(score: float, theta_high: float, theta_low: float | None) -> str:
-    """CRAG's per-chunk action. ``theta_low=None`` is the two-tier mode (no Ambiguous)."""
-    if score >= theta_high:
-        return "Correct"
-    if theta_low is not None and score >= theta_low:
-        return "Ambiguous"
-    return "Incorrect"
-
-
-def query_action(actions: Sequence[str]) -> str:
-    """The paper's query-level rule: any Correct -> Correct; else any Ambiguous -> Ambiguous; else Incorrect."""
-    if "Correct" in actions:
-        return "Correct"
-    if "Ambiguous" in actions:
-        return "Ambiguous"
-    return "Incorrect"
-
-
 def action_table(
     scores: Sequence[float], labels: Sequence[float], theta_high: float, theta_low: float | None
 ) -> dict[str, dict[str, int]]:
@@ -100,13 +98,13 @@ def action_table(
 def ranking_metrics(
     scores: Sequence[float], labels: Sequence[float], query_ids: Sequence[str], k: int = 10
 ) -> dict[str, float] | None:
-    """MRR@k and nDCG@k over queries that have at least two passages and one positive.
+    """MRR@k, nDCG@k and P@1 over queries that have at least two passages and one positive.
     ``None`` when no query qualifies (one passage per query)."""
     s, y = _as_arrays(scores, labels)
     groups: dict[str, list[int]] = defaultdict(list)
     for i, q in enumerate(query_ids):
         groups[str(q)].append(i)
-    rr, ndcg = [], []
+    rr, ndcg, p1 = [], [], []
     for idx in groups.values():
         if len(idx) < 2:
             continue
@@ -118,12 +116,14 @@ def ranking_metrics(
         ranked = ys[order]
         hits = np.nonzero(ranked)[0]
         rr.append(1.0 / (hits[0] + 1) if len(hits) else 0.0)
+        p1.append(float(ranked[0]))
         disc = 1.0 / np.log2(np.arange(2, len(ranked) + 2))
         ideal = np.sort(ys)[::-1][:k]
         ndcg.append(float((ranked * disc).sum() / (ideal * disc[: len(ideal)]).sum()))
     if not rr:
         return None
-    return {f"mrr@{k}": float(np.mean(rr)), f"ndcg@{k}": float(np.mean(ndcg)), "ranking_queries": len(rr)}
+    return {f"mrr@{k}": float(np.mean(rr)), f"ndcg@{k}": float(np.mean(ndcg)), "p@1": float(np.mean(p1)),
+            "ranking_queries": len(rr)}
 
 
 def evaluate_scores(
@@ -132,9 +132,11 @@ def evaluate_scores(
     theta_high: float,
     theta_low: float | None = None,
     query_ids: Sequence[str] | None = None,
+    actions: bool = True,
 ) -> dict[str, Any]:
-    """Every metric we report, at the decision threshold ``theta_high`` (the paper's evaluator
-    accuracy counts a pair as relevant when its score reaches the upper threshold)."""
+    """Every pair metric we report, at the decision threshold ``theta_high`` (the paper's evaluator
+    accuracy counts a pair as relevant when its score reaches the upper threshold; for the answer
+    classifier it is its one threshold, with ``actions=False``: no CRAG action table)."""
     s, y = _as_arrays(scores, labels)
     out: dict[str, Any] = {"n": int(len(s)), "positives": int(y.sum())}
     out.update(binary_at(s, y, theta_high))
@@ -142,10 +144,52 @@ def evaluate_scores(
     out["ece"] = expected_calibration_error(s, y)
     out["score_mean"] = float(s.mean()) if len(s) else float("nan")
     out["score_std"] = float(s.std()) if len(s) else float("nan")
-    out["thresholds"] = {"theta_high": theta_high, "theta_low": theta_low, "decision": "theta_high"}
-    out["actions"] = action_table(s, y, theta_high, theta_low)
+    if actions:
+        out["thresholds"] = {"theta_high": theta_high, "theta_low": theta_low, "decision": "theta_high"}
+        out["actions"] = action_table(s, y, theta_high, theta_low)
+    else:
+        out["threshold"] = theta_high
     if query_ids is not None:
         rank = ranking_metrics(s, y, query_ids)
         if rank:
             out.update(rank)
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# key-sentence extraction
+
+
+Span = tuple[int, int]
+
+
+def counts_as_gold(pred: Span, golds: Sequence[Span]) -> list[int]:
+    """Indices of the gold spans that ``pred`` overlaps by at least half of its own length."""
+    length = max(pred[1] - pred[0], 1)
+    return [i for i, g in enumerate(golds) if min(pred[1], g[1]) - max(pred[0], g[0]) >= 0.5 * length]
+
+
+def extraction_metrics(ranked: Sequence[Sequence[Span]], golds: Sequence[Sequence[Span]], k: int = 3) -> dict[str, Any]:
+    """``p@1``, ``r@k`` and ``mrr`` over passages: ``ranked[i]`` are passage i's sentence spans best
+    first, ``golds[i]`` its gold sentence spans (at least one).
+
+    * ``p@1``: the top sentence counts as gold;
+    * ``r@k``: the share of the gold sentences that one of the top ``k`` sentences counts as;
+    * ``mrr``: the mean of 1 / rank of the first sentence that counts as gold (0 when none does).
+    """
+    if len(ranked) != len(golds):
+        raise ValueError(f"{len(ranked)} rankings but {len(golds)} gold lists")
+    p1, rk, rr = [], [], []
+    for preds, gold in zip(ranked, golds):
+        if not gold:
+            raise ValueError("every passage needs at least one gold sentence")
+        hits = [bool(counts_as_gold(p, gold)) for p in preds]
+        p1.append(float(bool(hits) and hits[0]))
+        found = {g for p in list(preds)[:k] for g in counts_as_gold(p, gold)}
+        rk.append(len(found) / len(gold))
+        first = next((i for i, h in enumerate(hits) if h), None)
+        rr.append(0.0 if first is None else 1.0 / (first + 1))
+    n = len(ranked)
+    return {"n": n, "p@1": float(np.mean(p1)) if n else float("nan"), f"r@{k}": float(np.mean(rk)) if n else float("nan"),
+            "mrr": float(np.mean(rr)) if n else float("nan"),
+            "gold_sentences": int(sum(len(g) for g in golds)), "sentences": int(sum(len(r) for r in ranked))}

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     from sentence_transformers import CrossEncoder
 
     import inference
-    from training.data import passage_text
+    from inference.inputs import passage_text
 
     load_start = wait_for_quiet(args.max_load, args.wait)
 

@@ -51,9 +51,10 @@ def main() -> int:
     from data_prep.records import LabelledPair
     from inference.metrics import roc_auc
     from training.config import build_config
-    from training.data import passage_text, resolve_data_files
-    from training.evaluator import train_evaluator
-    from training.modeling import resolve_model_path
+    from inference.inputs import passage_text
+    from inference.modeling import resolve_model_path
+    from training.core import train_model as train_evaluator
+    from training.data import resolve_data_files
     from training.prepare import prepare_dataset
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-training-"))
@@ -77,7 +78,7 @@ def main() -> int:
 
     # --- ours ----------------------------------------------------------------------------------
     res = train_evaluator(cfg)
-    man = res.manifest
+    man = res.manifest.to_dict()
     result["ours_train_runtime_s"] = man["training"]["train_runtime"]
     result["ours_samples_per_s"] = steps * pairs_per_step / man["training"]["train_runtime"]
     result["ours_dev_auc"] = man["metrics"]["dev"]["auc"]

@@ -5,7 +5,8 @@ import pytest
 
 from inference.metrics import (action_table, evaluate_scores, expected_calibration_error, query_action,
                                ranking_metrics, roc_auc)
-from training.calibration import Calibration, fit_calibration, search_thresholds
+from inference.calibration import Calibration
+from training.fitting import fit_calibration, search_thresholds
 
 
 def test_auc_known_values():

@@ -20,13 +20,14 @@ import inference
 from data_prep.io import read_records
 from data_prep.records import LabelledPair, Passage
 from inference.cli import main as cli_main
-from inference.engine import Evaluator, ScoringEngine
+from inference.engine import ScoringEngine
+from inference.evaluator import Evaluator
+from inference.inputs import PairEncoder, pad_batch, passage_text
 from inference.loading import ExportError
 from inference.metrics import action_of, evaluate_scores, query_action
 from training.config import EvaluatorConfig
-from training.data import passage_text
-from training.evaluator import train_evaluator
-from training.modeling import EvaluatorSpec, PairEncoder, label_token_ids, load_backbone, pad_batch, relevance_logits
+from inference.modeling import ModelSpec, label_token_ids, load_backbone, relevance_logits
+from training.core import train_model as train_evaluator
 from training_data import make_evaluator_data
 
 
@@ -99,7 +100,7 @@ def direct_logits(export: Path, pairs: list[LabelledPair], model=None) -> np.nda
 
     man = json.loads((export / "evaluator.json").read_text())
     head = man["model"]["head"]
-    spec = EvaluatorSpec(head=head, max_length=man["input"]["max_length"],
+    spec = ModelSpec(head=head, max_length=man["input"]["max_length"],
                          max_query_length=man["input"]["max_query_length"], input_template=man["input"]["template"])
     tok = AutoTokenizer.from_pretrained(export)
     enc, _ = PairEncoder(tok, spec).encode([p.query for p in pairs], [passage_text(p.passage) for p in pairs])
@@ -123,7 +124,8 @@ def test_load_refuses_with_clear_messages(ce_export, tmp_path):
         inference.load(tmp_path / "nowhere")
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(ExportError, match=r"empty: no manifest \(evaluator.json\); not an export of this package"):
+    with pytest.raises(ExportError, match=r"empty: no manifest \(answer_classifier.json or evaluator.json or "
+                                          r"extractor.json\); not an export of this package"):
         inference.load(empty)
     # weights without a manifest: an interrupted export or a plain checkpoint
     plain = tmp_path / "plain"
@@ -137,7 +139,11 @@ def test_load_refuses_with_clear_messages(ce_export, tmp_path):
     with pytest.raises(ExportError, match=r"schema_version 2 is not supported for task 'evaluator' \(this version reads 1\)"):
         inference.load(exp)
     _edit_manifest(exp, schema_version=1, task="summariser")
-    with pytest.raises(ExportError, match="unknown task 'summariser'; this version of inference loads: evaluator"):
+    with pytest.raises(ExportError, match="unknown task 'summariser'; this version of inference loads: evaluator, "
+                                          "answer_classifier, extractor"):
+        inference.load(exp)
+    _edit_manifest(exp, task="extractor")
+    with pytest.raises(ExportError, match="task 'extractor' exports keep their manifest in extractor.json, not evaluator.json"):
         inference.load(exp)
     (exp / "evaluator.json").write_text("{not json")
     with pytest.raises(ExportError, match="evaluator.json: the manifest is not valid JSON"):
@@ -149,6 +155,31 @@ def test_load_refuses_with_clear_messages(ce_export, tmp_path):
     (exp / "evaluator.json").write_text(json.dumps(m))
     with pytest.raises(ExportError, match="missing 'calibration.a'"):
         inference.load(exp)
+    m = json.loads((ce_export / "evaluator.json").read_text())
+    m["thresholds"]["theta_high"] = "high"
+    (exp / "evaluator.json").write_text(json.dumps(m))
+    with pytest.raises(ExportError, match="evaluator.json: thresholds: 'theta_high' must be float or int, got str"):
+        inference.load(exp)
+
+
+def test_load_refuses_an_export_of_another_task(ce_export):
+    with pytest.raises(ExportError, match=r"this is an evaluator export \(evaluator.json\), not an extractor export"):
+        inference.load(ce_export, task="extractor")
+    with pytest.raises(ValueError, match="unknown task 'reranker'"):
+        inference.load(ce_export, task="reranker")
+    assert inference.load(ce_export, task="evaluator", device="cpu").task == "evaluator"
+
+
+def test_exports_of_earlier_versions_still_load(ce_export, ce, dev_pairs, tmp_path):
+    """The manifest of the first exports: no passage format, no checksums, no name."""
+    exp = _copy(ce_export, tmp_path / "v1")
+    m = json.loads((exp / "evaluator.json").read_text())
+    del m["input"]["passage_format"], m["model"]["files_sha256"], m["name"]
+    (exp / "evaluator.json").write_text(json.dumps(m))
+    old = inference.load(exp, device="cpu")
+    assert old.passage_format == "{title}. {text}"
+    pairs = [(p.query, p.passage) for p in dev_pairs[:8]]
+    assert old.score(pairs) == pytest.approx(ce.score(pairs), abs=1e-7)
 
 
 def test_load_refuses_bad_weights(ce_export, tmp_path):
@@ -178,9 +209,9 @@ def test_load_refuses_bad_weights(ce_export, tmp_path):
 
 
 def test_load_checks_weight_checksums(ce_export, ce, tmp_path):
-    from training.export import file_sha256
+    from inference.manifest import file_sha256
 
-    recorded = ce.manifest["model"]["files_sha256"]
+    recorded = ce.manifest.model.files_sha256
     assert recorded == {"model.safetensors": file_sha256(ce_export / "model.safetensors")}
     # one flipped byte in the tensor data: the file still parses, the checksum catches it
     exp = _copy(ce_export, tmp_path / "flipped")

@@ -320,10 +320,10 @@ def test_option_parsing_and_validation():
 def test_cli_mines_the_bundled_nq_sample(tmp_path):
     """Integration: the real NQ-open sample (2,655 questions, one gold passage each) through the CLI."""
     from data_prep.cli import main
-    from data_prep.readers import FORMATS, _load_all
+    from data_prep.readers import FORMATS, load_all
 
     try:
-        _load_all()
+        load_all()
     except ImportError as e:  # pragma: no cover - the readers are written in parallel
         pytest.skip(f"readers not available yet: {e}")
     assert "nq-open" in FORMATS

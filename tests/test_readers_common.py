@@ -10,8 +10,8 @@ import pytest
 from readers_helpers import FIX, SAMPLE, rejects_index
 
 from data_prep.io import DataError, MissingInputError, Rejects
-from data_prep.readers import _common
-from data_prep.readers._common import (
+from data_prep.readers import common as _common
+from data_prep.readers.common import (
     OnceRejects,
     fix_mojibake,
     iter_json_array,

@@ -10,7 +10,7 @@ from readers_helpers import FIX, ROOT, SAMPLE
 
 from data_prep.io import DataError, MissingInputError, Rejects
 from data_prep.readers import open_source
-from data_prep.readers._common import stable_id, text_query_id
+from data_prep.readers.common import stable_id, text_query_id
 from data_prep.readers.nq import read_dpr, read_nq_open
 
 DPR = FIX / "nq" / "dpr-nq.sample.json"

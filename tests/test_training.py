@@ -15,9 +15,10 @@ from safetensors.torch import load_file
 
 from training.config import ConfigError, EvaluatorConfig, build_config, parse_overrides
 from training.data import DataProblem
-from training.evaluator import train_evaluator
-from training.export import MANIFEST, write_export
-from training.modeling import EvaluatorSpec, PairEncoder, label_token_ids, load_backbone, pad_batch, relevance_logits
+from inference.inputs import PairEncoder, pad_batch
+from inference.modeling import ModelSpec, label_token_ids, load_backbone, relevance_logits
+from training.core import train_model as train_evaluator
+from training.export import write_export
 from training_data import make_evaluator_data
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,8 +45,8 @@ def export_logits(export: Path, head: str, queries, passages) -> torch.Tensor:
 def memory_logits(model, export: Path, head: str, queries, passages) -> torch.Tensor:
     from transformers import AutoTokenizer
 
-    man = json.loads((export / MANIFEST).read_text())
-    spec = EvaluatorSpec(head=head, max_length=man["input"]["max_length"],
+    man = json.loads((export / "evaluator.json").read_text())
+    spec = ModelSpec(head=head, max_length=man["input"]["max_length"],
                          max_query_length=man["input"]["max_query_length"], input_template=man["input"]["template"])
     tok = AutoTokenizer.from_pretrained(export)
     enc, _ = PairEncoder(tok, spec).encode(queries, passages)
@@ -87,7 +88,7 @@ def test_each_head_learns_exports_and_reloads(request, data, tmp_path, backbone,
     assert len(common) >= len(before) - 1
     changed = [k for k in common if not torch.equal(before[k], after[k])]
     assert len(changed) > len(common) // 2, f"only {len(changed)} of {len(common)} tensors changed"
-    man = json.loads((res.export_dir / MANIFEST).read_text())
+    man = json.loads((res.export_dir / "evaluator.json").read_text())
     assert man["task"] == "evaluator" and man["model"]["head"] == head and man["schema_version"] == 1
     for f in ("README.md", "tokenizer_config.json", "plots/reliability.png", "plots/score_histogram.png", "plots/thresholds.png"):
         assert (res.export_dir / f).exists(), f
@@ -109,7 +110,7 @@ def test_lora_export_keeps_the_head(tiny_bert, data, tmp_path, merge):
     res = train_evaluator(cfg)
     if merge:
         assert any(getattr(m, "gradient_checkpointing", False) is True for m in res.model.modules())
-    man = json.loads((res.export_dir / MANIFEST).read_text())
+    man = json.loads((res.export_dir / "evaluator.json").read_text())
     init_head = load_file(str(tiny_bert / "model.safetensors"))["classifier.weight"]
     q, p = dev_texts(data)
     if merge:
@@ -142,20 +143,20 @@ def test_resume_after_kill_equals_uninterrupted(tiny_bert, data, tmp_path):
     full = cfg_for(tiny_bert, data, tmp_path / "full", max_steps=8, eval_steps=4, save_steps=4, seed=3)
     train_evaluator(full)
     part = cfg_for(tiny_bert, data, tmp_path / "part", max_steps=8, eval_steps=4, save_steps=4, seed=3)
-    import training.evaluator as ev
+    import training.core as ev
 
-    orig = ev.EvaluatorTrainer.__init__
+    orig = ev.PairTrainer.__init__
 
     def init_with_kill(self, *a, **k):
         orig(self, *a, **k)
         self.add_callback(Die())
 
-    ev.EvaluatorTrainer.__init__ = init_with_kill
+    ev.PairTrainer.__init__ = init_with_kill
     try:
         with pytest.raises(KeyboardInterrupt):
             train_evaluator(part)
     finally:
-        ev.EvaluatorTrainer.__init__ = orig
+        ev.PairTrainer.__init__ = orig
     assert (Path(part.output_dir) / "checkpoint-4").exists() and not Path(part.export_dir).exists()
     train_evaluator(part)  # resume_from_checkpoint: auto
     a = load_file(str(Path(full.output_dir) / "checkpoint-8" / "model.safetensors"))
@@ -191,7 +192,8 @@ def test_config_errors(tmp_path):
 
 
 def test_attention_dropout_setting(tiny_bert, tiny_t5):
-    from training.modeling import attention_dropout_kwargs, load_backbone
+    from inference.modeling import load_backbone
+    from training.modeling import attention_dropout_kwargs
 
     assert attention_dropout_kwargs(str(tiny_bert), None) == {}
     kw = attention_dropout_kwargs(str(tiny_bert), 0.0)
@@ -235,12 +237,21 @@ def test_bad_input_stops_before_training(tiny_bert, data, tmp_path):
     assert not (tmp_path / "run").exists(), "nothing may start training on bad input"
 
 
+def _manifest():
+    from inference.calibration import Calibration
+    from inference.decisions import Thresholds
+    from inference.manifest import Manifest, ModelInfo
+
+    return Manifest("evaluator", ModelInfo("m", "cross-encoder"), ModelSpec("cross-encoder"), Calibration(),
+                    Thresholds(0.8, 0.5))
+
+
 def test_killed_export_leaves_no_complete_directory(tmp_path):
     def contents(tmp):
         (tmp / "model.safetensors").write_bytes(b"partial")
         raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError):
-        write_export(tmp_path / "exp", contents, {"task": "evaluator"})
+        write_export(tmp_path / "exp", contents, _manifest())
     assert not (tmp_path / "exp").exists()
     assert list(tmp_path.iterdir()) == []

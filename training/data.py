@@ -1,4 +1,4 @@
-"""Training and dev data for the evaluator: read the built JSONL once, tokenise once, pad per batch.
+"""Training and dev data for every task: read the built JSONL once, tokenise once, pad per batch.
 
 * Pointwise losses read :class:`~data_prep.records.LabelledPair` JSONL.
 * ``group-ce`` reads :class:`~data_prep.records.QueryExample` groups (1 positive + k negatives).
@@ -18,7 +18,7 @@ import torch
 from data_prep.io import read_records, require_path
 from data_prep.records import LabelledPair, QueryExample
 
-from .modeling import EncodeStats, PairEncoder, pad_batch
+from inference.inputs import EncodeStats, PairEncoder, pad_batch, passage_text
 
 logger = logging.getLogger(__name__)
 
@@ -28,12 +28,13 @@ class DataProblem(ValueError):
 
 
 def resolve_data_files(cfg) -> tuple[str, str]:
-    """train/dev files from the config: explicit files, or the evaluator/ folder of a built dataset."""
+    """train/dev files from the config: explicit files, or the task's folder of a built dataset
+    (``evaluator/``, ``answer/`` or ``extractor/``)."""
     if cfg.train_file:
         train = cfg.train_file
         dev = cfg.dev_file
     else:
-        base = Path(cfg.dataset_dir) / "evaluator"
+        base = Path(cfg.dataset_dir) / cfg.task.build_dir
         kind = "groups" if cfg.loss == "group-ce" else "pairs"
         train = str(base / f"train.{kind}.jsonl")
         dev = cfg.dev_file or str(base / "dev.pairs.jsonl")
@@ -42,10 +43,6 @@ def resolve_data_files(cfg) -> tuple[str, str]:
     require_path(train, "training file")
     require_path(dev, "dev file")
     return train, dev
-
-
-def passage_text(p) -> str:
-    return f"{p.title}. {p.text}" if p.title else p.text
 
 
 def load_pairs(path: str, limit: int | None = None, seed: int = 0, whole_queries: bool = False) -> list[LabelledPair]:
@@ -104,13 +101,17 @@ class EncodedPairs(torch.utils.data.Dataset):
     """Pre-tokenised pointwise pairs: ``input_ids`` (+ ``token_type_ids``), ``labels``, ``length``."""
 
     def __init__(self, pairs: Sequence[LabelledPair], encoder: PairEncoder, batch: int = 2048):
+        fmt = encoder.spec.passage_format
         self.labels = [float(p.label) for p in pairs]
         self.query_ids = [p.query_id for p in pairs]
+        # ranking groups: a query's passages; for sentence pairs (extractor), a query's sentences of one passage
+        self.group_ids = [p.query_id + "\x00" + str(p.passage.metadata.get("parent_id", "")) for p in pairs]
+        self.sentence_index = [int(p.passage.metadata.get("sentence_index", i)) for i, p in enumerate(pairs)]
         self.features: list[dict[str, list[int]]] = []
         self.stats = EncodeStats()
         for i in range(0, len(pairs), batch):
             chunk = pairs[i : i + batch]
-            enc, st = encoder.encode([p.query for p in chunk], [passage_text(p.passage) for p in chunk])
+            enc, st = encoder.encode([p.query for p in chunk], [passage_text(p.passage, fmt) for p in chunk])
             self.stats.add(st)
             keys = list(enc)
             self.features.extend({k: enc[k][j] for k in keys} for j in range(len(chunk)))
@@ -131,7 +132,7 @@ class EncodedGroups(torch.utils.data.Dataset):
         self.stats = EncodeStats()
         for g in groups:
             passages = g.positives + g.negatives
-            enc, st = encoder.encode([g.query] * len(passages), [passage_text(p) for p in passages])
+            enc, st = encoder.encode([g.query] * len(passages), [passage_text(p, encoder.spec.passage_format) for p in passages])
             self.stats.add(st)
             keys = list(enc)
             self.items.append([{k: enc[k][j] for k in keys} for j in range(len(passages))])

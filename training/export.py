@@ -1,5 +1,6 @@
-"""Exports: ``save_pretrained`` weights and tokenizer, the ``evaluator.json`` manifest, a model card
-and plots, written into a temporary folder and renamed into place only when complete.
+"""Exports: ``save_pretrained`` weights and tokenizer, the task's manifest
+(:class:`inference.manifest.Manifest`), a model card and plots, written into a temporary folder
+and renamed into place only when complete.
 
 The manifest is written last and the folder renamed after it, so a kill or a full disk during
 export never leaves a directory that ``inference.load`` would take for a complete export.
@@ -8,19 +9,23 @@ export never leaves a directory that ``inference.load`` would take for a complet
 from __future__ import annotations
 
 import datetime as _dt
-import hashlib
-import json
 import logging
 import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from string import Template
+from typing import Any, Callable
+
+from inference.decisions import SentenceSelection, Threshold, Thresholds
+from inference.manifest import Manifest, file_sha256
 
 logger = logging.getLogger(__name__)
 
-MANIFEST = "evaluator.json"
-SCHEMA_VERSION = 1
+CARD_TEMPLATE = Path(__file__).with_name("model_card_template.md")
+#: dev metrics shown in the model card, in this order (the ones present)
+CARD_METRICS = ("n", "positives", "accuracy", "precision", "recall", "f1", "auc", "ece", "mrr@10", "ndcg@10", "p@1",
+                "r@3", "mrr")
 
 
 def package_version() -> str:
@@ -45,56 +50,57 @@ def git_commit() -> str | None:
         return None
 
 
-def file_sha256(path: str | os.PathLike) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _fmt(v: Any) -> str:
     return f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
-def model_card(manifest: dict[str, Any]) -> str:
-    m, t, d = manifest["model"], manifest["thresholds"], manifest["metrics"].get("dev", {})
-    rows = "\n".join(f"| {k} | {_fmt(d[k])} |" for k in ("n", "positives", "accuracy", "precision", "recall", "f1", "auc", "ece", "mrr@10", "ndcg@10") if k in d)
-    data = manifest["training"]["data"]
-    return f"""---
-library_name: transformers
-tags: [crag, retrieval-evaluator, cross-encoder, reranker]
----
-# CRAG retrieval evaluator ({m['head']}, {m['architecture']})
+def decision_text(d: Thresholds | Threshold | SentenceSelection) -> tuple[str, str]:
+    """(how the decision reads in the card, at which point the dev metrics are taken)."""
+    if isinstance(d, Thresholds):
+        return (f"**Correct** at score >= {d.theta_high:.4f}, **Ambiguous** at >= {d.theta_low:.4f}, else **Incorrect** "
+                f"({d.method}; precision target {d.precision_target}, NPV target {d.npv_target}, {d.dev_pairs} dev pairs)",
+                "decision at theta_high")
+    if isinstance(d, Threshold):
+        how = d.rule if d.rule == "f1" else f"{d.rule} target {d.target}"
+        return (f"holds the answer at probability >= {d.threshold:.4f} ({d.method}, {how}, {d.dev_pairs} dev pairs)",
+                "decision at the threshold")
+    ms = "no minimum score" if d.min_score is None else f"scoring at least {d.min_score:.4f}"
+    tgt = f", recall target {d.recall_target}" if d.recall_target is not None else ""
+    return (f"the top {d.top_k} sentences of a passage, {ms} ({d.method}{tgt}, {d.dev_sentences} dev sentences)",
+            "sentence pairs at min_score; p@1, r@3 and mrr per passage")
 
-Scores a (query, passage) pair with a calibrated probability in [0, 1] that the passage is
-relevant, and routes it to **Correct** (score >= {t['theta_high']:.4f}), **Ambiguous**
-(>= {t['theta_low']:.4f}) or **Incorrect** as in Corrective RAG.
 
-```python
-import inference
-model = inference.load("{manifest.get('name', '.')}")
-model.grade("who got the first nobel prize in physics", ["The first Nobel Prize in Physics was awarded in 1901 to Wilhelm Conrad Röntgen ..."])
-```
-
-## Model
-- backbone: `{m['backbone']}`; head: `{m['head']}`; weights: {m['weights']}
-- input: `{manifest['input']['template'] or 'tokenizer pair encoding'}`, max length {manifest['input']['max_length']} tokens (the passage is truncated, never the query)
-- calibration: {manifest['calibration']['method']} (ECE on dev {_fmt(manifest['calibration'].get('ece_before'))} -> {_fmt(manifest['calibration'].get('ece_after'))})
-- thresholds: theta_high {t['theta_high']:.4f}, theta_low {t['theta_low']:.4f} ({t['method']}; precision target {t['precision_target']}, NPV target {t['npv_target']}, {t['dev_pairs']} dev pairs)
-
-## Dev metrics (calibrated scores, decision at theta_high)
-| metric | value |
-|---|---|
-{rows}
-
-## Training data
-- train: `{data.get('train_file')}` ({data.get('train_examples')} examples), dev: `{data.get('dev_file')}` ({data.get('dev_pairs')} pairs)
-- loss: {manifest['training']['config']['loss']}, steps: {manifest['training'].get('global_step')}
-
-Plots: `plots/reliability.png`, `plots/score_histogram.png`, `plots/thresholds.png`.
-Produced by crag-evaluators {manifest['package']['version']} (commit {manifest['package'].get('git_commit')}).
-"""
+def model_card(m: Manifest) -> str:
+    """The model card (``README.md`` of an export) from ``model_card_template.md``."""
+    spec = m.task_spec
+    dev = m.metrics.get("dev", {})
+    rows = "\n".join(f"| {k} | {_fmt(dev[k])} |" for k in CARD_METRICS if dev.get(k) is not None)
+    extra = ""
+    held_out = m.metrics.get("held_out") or {}
+    if held_out:
+        lines = ["", "## Held-out figures", "| set | metric | value |", "|---|---|---|"]
+        for name, vals in held_out.items():
+            for k, v in vals.items():
+                if isinstance(v, (int, float)):
+                    lines.append(f"| {name} | {k} | {_fmt(v)} |")
+        extra = "\n".join(lines) + "\n"
+    decision, point = decision_text(m.thresholds)
+    cal = m.calibration_info
+    data = m.training.get("data", {})
+    fields = {
+        "tags": ", ".join(spec.tags), "title": spec.title[0].upper() + spec.title[1:], "head": m.spec.head,
+        "architecture": m.model.architecture, "description": spec.card, "name": m.name or ".", "usage": spec.usage,
+        "task": m.task, "backbone": m.model.backbone, "weights": m.model.weights,
+        "template": m.spec.input_template or "tokenizer pair encoding", "max_length": m.spec.max_length,
+        "passage_format": m.spec.passage_format,
+        "calibration": f"{m.calibration.method} (ECE on dev {_fmt(cal.get('ece_before'))} -> {_fmt(cal.get('ece_after'))})",
+        "decision": decision, "decision_point": point, "metrics_rows": rows, "extra_sections": extra,
+        "train_file": data.get("train_file"), "train_examples": data.get("train_examples"),
+        "dev_file": data.get("dev_file"), "dev_pairs": data.get("dev_pairs"),
+        "loss": m.training.get("config", {}).get("loss"), "steps": m.training.get("global_step"),
+        "version": m.package.get("version"), "commit": m.package.get("git_commit"),
+    }
+    return Template(CARD_TEMPLATE.read_text(encoding="utf-8")).substitute(fields)
 
 
 def save_model_weights(model, tokenizer, out: Path, merge_lora: bool = True) -> dict[str, Any]:
@@ -123,8 +129,10 @@ def save_model_weights(model, tokenizer, out: Path, merge_lora: bool = True) -> 
     return info
 
 
-def write_export(out_dir: str | os.PathLike, write_contents, manifest: dict[str, Any]) -> Path:
-    """Create ``out_dir`` atomically: ``write_contents(tmp_dir)`` fills it, the manifest goes last."""
+def write_export(out_dir: str | os.PathLike, write_contents: Callable[[Path], dict[str, Any] | None],
+                 manifest: Manifest) -> Path:
+    """Create ``out_dir`` atomically: ``write_contents(tmp_dir)`` fills it and returns the weight
+    information for ``manifest.model``; the model card and the manifest go last."""
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
@@ -132,16 +140,13 @@ def write_export(out_dir: str | os.PathLike, write_contents, manifest: dict[str,
         shutil.rmtree(tmp)
     tmp.mkdir()
     try:
-        extra = write_contents(tmp) or {}
-        manifest.update(extra)
-        manifest.setdefault("name", out.name)
-        manifest["created_at"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        for k, v in (write_contents(tmp) or {}).items():
+            setattr(manifest.model, k, v)
+        if manifest.name is None:
+            manifest.name = out.name
+        manifest.created_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         (tmp / "README.md").write_text(model_card(manifest), encoding="utf-8")
-        with open(tmp / MANIFEST, "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
+        manifest.write(tmp)
         old = None
         if out.exists():
             old = out.parent / f".{out.name}.old-{os.getpid()}"

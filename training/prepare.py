@@ -1,58 +1,69 @@
 """Build a recipe's dataset once, before training, if it is not there yet (mine, then build).
 
-Runs ``python -m data_prep mine`` and ``python -m data_prep build`` with the recipe's
-``prepare_data`` options, on the main process only; the other processes wait. Training itself
-only ever reads the built files.
+A recipe's ``prepare_data`` names the source (``format``, ``input`` and the reader's other paths),
+where the mined examples go (``mined_dir``), and the options of the two steps as the fields of
+:class:`data_prep.mining.MiningConfig` (``mine:``) and :class:`data_prep.build.BuildConfig`
+(``build:``). It runs on the main process only; the other processes wait. Training itself only
+ever reads the built files.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 logger = logging.getLogger(__name__)
 
-
-def _flags(opts: dict[str, Any]) -> list[str]:
-    out: list[str] = []
-    for k, v in opts.items():
-        flag = "--" + k.replace("_", "-")
-        if v is True:
-            out.append(flag)
-        elif v is False or v is None:
-            continue
-        else:
-            out.extend([flag, str(v)])
-    return out
+SOURCE_KEYS = ("format", "input", "corpus", "queries", "qrels", "split")
 
 
-def dataset_ready(dataset_dir: str | Path) -> bool:
-    return (Path(dataset_dir) / "meta.json").exists()
+def dataset_ready(dataset_dir: str | Path, build_dir: str | None = None) -> bool:
+    d = Path(dataset_dir)
+    return (d / "meta.json").exists() and (build_dir is None or (d / build_dir).is_dir())
+
+
+def mining_config(opts: dict[str, Any]):
+    """A :class:`~data_prep.mining.MiningConfig` from a recipe's ``mine:`` mapping (its field names;
+    ``window`` may be written ``"3:100"``)."""
+    from data_prep.mining import MiningConfig, parse_window
+
+    opts = dict(opts)
+    known = {f.name for f in fields(MiningConfig)}
+    unknown = sorted(set(opts) - known)
+    if unknown:
+        raise ValueError(f"prepare_data.mine: unknown option(s) {', '.join(unknown)} (MiningConfig fields: {', '.join(sorted(known))})")
+    if isinstance(opts.get("window"), str):
+        opts["window"] = parse_window(opts["window"])
+    return MiningConfig(**opts)
 
 
 def prepare_dataset(cfg) -> None:
     """Mine and build ``cfg.dataset_dir`` from ``cfg.prepare_data`` unless it already exists."""
-    if cfg.train_file or not cfg.dataset_dir or dataset_ready(cfg.dataset_dir):
+    if cfg.train_file or not cfg.dataset_dir or dataset_ready(cfg.dataset_dir, cfg.task.build_dir):
         return
     spec = dict(cfg.prepare_data or {})
     if not spec:
         raise FileNotFoundError(
-            f"dataset_dir {cfg.dataset_dir} has no built dataset (meta.json) and the recipe has no prepare_data"
+            f"dataset_dir {cfg.dataset_dir} has no built {cfg.task.build_dir}/ dataset (meta.json) and the recipe has "
+            "no prepare_data"
         )
-    from data_prep.cli import main as data_prep_main
+    from data_prep.build import BuildConfig, build
+    from data_prep.mining import run_mining
+    from data_prep.readers import open_source
 
     mined_dir = Path(spec.pop("mined_dir"))
-    mine_opts = dict(spec.pop("mine", {}) or {})
+    mine_cfg = mining_config(spec.pop("mine", {}) or {})
     build_opts = dict(spec.pop("build", {}) or {})
-    source = _flags(spec)  # format, input, corpus, queries, qrels, split ...
+    unknown = sorted(set(spec) - set(SOURCE_KEYS))
+    if unknown:
+        raise ValueError(f"prepare_data: unknown key(s) {', '.join(unknown)} (source keys: {', '.join(SOURCE_KEYS)}, "
+                         "mined_dir, mine, build)")
     if not (mined_dir / "examples.jsonl").exists():
         logger.info("mining hard negatives into %s", mined_dir)
-        rc = data_prep_main(["mine", *source, "--output", str(mined_dir), *_flags(mine_opts)])
-        if rc:
-            raise RuntimeError(f"mining failed (exit {rc})")
+        fmt = spec.pop("format")
+        source = open_source(fmt, **spec)
+        run_mining(source, mined_dir, mine_cfg)
     logger.info("building task datasets into %s", cfg.dataset_dir)
-    rc = data_prep_main(["build", "--input", str(mined_dir / "examples.jsonl"), "--output", str(cfg.dataset_dir),
-                         "--overwrite", *_flags(build_opts)])
-    if rc:
-        raise RuntimeError(f"building the dataset failed (exit {rc})")
+    build(BuildConfig(input=str(mined_dir / "examples.jsonl"), output=str(cfg.dataset_dir), overwrite=True, **build_opts))

@@ -1,4 +1,4 @@
-"""The evaluator trainer: a thin :class:`transformers.Trainer` subclass.
+"""The trainer of every task: a thin :class:`transformers.Trainer` subclass.
 
 transformers/accelerate do the heavy lifting (mixed precision, accumulation, checkpoints and
 resume, distributed sampling, trackers, best-checkpoint selection); this module adds only what is
@@ -19,8 +19,10 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from inference.metrics import evaluate_scores
 
+from inference.modeling import relevance_logits
+
 from .losses import compute_loss
-from .modeling import head_module_names, relevance_logits
+from .modeling import head_module_names
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +72,9 @@ class SeededLengthGroupedSampler(LengthGroupedSampler):
         return super().__iter__()
 
 
-class EvaluatorTrainer(Trainer):
+class PairTrainer(Trainer):
+    """Logits for every head, our losses, a head learning rate, seeded length-grouped batches."""
+
     def __init__(self, *args: Any, head: str, loss_name: str, label_ids=None, pos_weight=None,
                  head_learning_rate: float | None = None, group_by_length: bool = True, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -131,14 +135,16 @@ class EvaluatorTrainer(Trainer):
 
 
 def make_compute_metrics(query_ids: list[str]):
-    """Dev metrics from raw probabilities (before calibration) at the paper's 0.5 midpoint."""
+    """Dev metrics from raw probabilities (before calibration) at the paper's 0.5 midpoint; the
+    ranking metrics group pairs by ``query_ids`` (for the extractor: a query's sentences of one
+    passage)."""
 
     def compute(eval_pred) -> dict[str, float]:
         logits = np.asarray(eval_pred.predictions, dtype=np.float64).reshape(-1)
         labels = np.asarray(eval_pred.label_ids, dtype=np.float64).reshape(-1)
         probs = 1.0 / (1.0 + np.exp(-logits))
         m = evaluate_scores(probs, labels, theta_high=0.5, query_ids=query_ids[: len(probs)])
-        keep = ("accuracy", "precision", "recall", "f1", "auc", "ece", "score_std", "mrr@10", "ndcg@10")
+        keep = ("accuracy", "precision", "recall", "f1", "auc", "ece", "score_std", "mrr@10", "ndcg@10", "p@1")
         return {k: float(m[k]) for k in keep if m.get(k) is not None}
 
     return compute

@@ -45,7 +45,7 @@ def open_source(fmt: str, **kwargs: Any) -> Source:
     ``qrels``, ``split``, ``rejects``, format-specific options)."""
     import inspect
 
-    _load_all()
+    load_all()
     if fmt not in FORMATS:
         raise ValueError(f"unknown format {fmt!r}; known formats: {', '.join(sorted(FORMATS))}")
     opener = FORMATS[fmt][0]
@@ -59,5 +59,5 @@ def open_source(fmt: str, **kwargs: Any) -> Source:
     return opener(**kwargs)
 
 
-def _load_all() -> None:
-    from . import beir, crag, flagembedding, msmarco, nq, ours  # noqa: F401  (registers formats)
+def load_all() -> None:
+    from . import beir, crag, flagembedding, msmarco, nq, ours, squad  # noqa: F401  (registers formats)

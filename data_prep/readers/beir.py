@@ -22,7 +22,7 @@ from typing import Iterator
 from ..io import STRICT, DataError, Rejects, iter_json_lines, parse_rows, require_path
 from ..records import Passage
 from . import Source, register_format
-from ._common import Qrel, SeenIds, check_text, id_str, iter_tsv, join_qrels, once, parse_score
+from .common import Qrel, SeenIds, check_text, id_str, iter_tsv, join_qrels, once, parse_score
 
 logger = logging.getLogger(__name__)
 

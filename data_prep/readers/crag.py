@@ -32,7 +32,7 @@ from ..io import STRICT, DataError, Rejects, atomic_write, iter_lines, parse_row
 from ..records import LabelledPair, Passage, QueryExample
 from ..text import contains_answer
 from . import Source, register_format
-from ._common import (
+from .common import (
     SeenIds,
     check_text,
     ctx_list,

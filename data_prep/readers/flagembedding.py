@@ -7,7 +7,7 @@ One JSON object a line::
 
 ``query`` and a non-empty ``pos`` are required; ``neg``, the score lists (one score per text),
 ``prompt`` and ``type`` are optional. Passages are bare strings, so they get
-:func:`~data_prep.readers._common.stable_id` ids with an empty title; the query id is
+:func:`~data_prep.readers.common.stable_id` ids with an empty title; the query id is
 :func:`text_query_id` of the query (or the row's ``id`` when present). Scores, prompt and type
 travel in ``QueryExample.metadata`` so that :func:`write_flagembedding` writes them back unchanged.
 """
@@ -22,7 +22,7 @@ from typing import Any, Iterable, Iterator
 from ..io import DataError, Rejects, atomic_write, iter_json_lines, parse_rows, require_path
 from ..records import Passage, QueryExample
 from . import Source, register_format
-from ._common import check_text, dedupe, id_str, once, stable_id, text_query_id
+from .common import check_text, dedupe, id_str, once, stable_id, text_query_id
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ Formats
     passages, negatives the others; the literal answer ``No Answer Present.`` is dropped.
 
 Queries and passages of the TSV files carry ids; triples and Hugging Face passages get
-:func:`~data_prep.readers._common.stable_id` ids, triple queries :func:`text_query_id`.
+:func:`~data_prep.readers.common.stable_id` ids, triple queries :func:`text_query_id`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Iterator
 from ..io import STRICT, DataError, Rejects, iter_json_lines, parse_rows, require_path
 from ..records import Passage, QueryExample
 from . import Source, register_format
-from ._common import (
+from .common import (
     Qrel,
     SeenIds,
     check_text,

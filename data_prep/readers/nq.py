@@ -17,9 +17,9 @@ Formats
     an answer (a non-gold context that contains an answer is left out of both: likely relevant,
     not annotated). The corpus is every distinct context of the file.
 
-Neither layout gives query ids; they are :func:`~data_prep.readers._common.text_query_id` of the
+Neither layout gives query ids; they are :func:`~data_prep.readers.common.text_query_id` of the
 question (an ``id`` field is used when present). Contexts without ids get
-:func:`~data_prep.readers._common.stable_id` ids.
+:func:`~data_prep.readers.common.stable_id` ids.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Iterator
 from ..io import DataError, Rejects, iter_json_lines, parse_rows, require_path
 from ..records import Passage, QueryExample
 from . import Source, register_format
-from ._common import check_text, ctx_list, ctx_passage, dedupe, id_str, iter_json_records, once, str_list, text_query_id
+from .common import check_text, ctx_list, ctx_passage, dedupe, id_str, iter_json_records, once, str_list, text_query_id
 
 logger = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from typing import Iterator
 from ..io import DataError, Rejects, iter_json_lines, parse_rows, require_path
 from ..records import LabelledPair, Passage, QueryExample, RecordError
 from . import Source, register_format
-from ._common import SeenIds, dedupe, once, register_pairs
+from .common import SeenIds, dedupe, once, register_pairs
 from .crag import pairs_to_examples
 
 logger = logging.getLogger(__name__)

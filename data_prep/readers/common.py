@@ -597,9 +597,9 @@ def examples_to_pairs(examples: Iterable[QueryExample], label_source: str = "hum
 
 def open_pairs(fmt: str, **kwargs: Any) -> Iterator[LabelledPair]:
     """Labelled pairs of ``fmt``: its own pair reader if it has one, else derived from its queries."""
-    from . import FORMATS, _load_all, open_source
+    from . import FORMATS, load_all, open_source
 
-    _load_all()
+    load_all()
     if fmt in PAIR_READERS:
         return PAIR_READERS[fmt](**kwargs)
     if fmt not in FORMATS:

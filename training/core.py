@@ -1,28 +1,36 @@
-"""Train -> calibrate -> export, as one function the entry script calls (and tests call directly)."""
+"""Train -> calibrate -> fit the decision -> export, for every task, as one function the entry
+scripts call (and tests call directly): :func:`train_model`.
+
+The task (``cfg.TASK``: evaluator, answer_classifier or extractor) decides where the data comes
+from (its ``data_prep build`` folder), how the decision is fitted on the dev scores and which dev
+metrics the manifest records (:mod:`training.tasks`); everything else is shared.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
-import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
+from inference.calibration import sigmoid
+from inference.inputs import PairEncoder
+from inference.manifest import Manifest, ModelInfo, file_sha256
 from inference.metrics import evaluate_scores
+from inference.modeling import ModelSpec, infer_head, label_token_ids, load_backbone, resolve_model_path
+from inference.plots import write_plots
 
-from . import calibration as cal
-from .config import EvaluatorConfig
+from . import fitting
+from .config import ExtractorConfig, TrainConfig
 from .data import (Collator, DataProblem, EncodedGroups, EncodedPairs, check_labels, load_groups, load_pairs,
                    resolve_data_files)
-from .export import SCHEMA_VERSION, file_sha256, git_commit, package_version, save_model_weights, write_export
-from .modeling import (EvaluatorSpec, PairEncoder, attention_dropout_kwargs, head_module_names, infer_head,
-                       label_token_ids, load_backbone, resolve_model_path)
-from .trainer import EvaluatorTrainer, check_launch, make_compute_metrics, training_arguments
+from .export import git_commit, package_version, save_model_weights, write_export
+from .modeling import apply_lora, attention_dropout_kwargs
+from .tasks import TRAINING_TASKS, dev_metrics, plot_thresholds
+from .trainer import PairTrainer, check_launch, make_compute_metrics, training_arguments
 
 logger = logging.getLogger(__name__)
 
@@ -31,31 +39,18 @@ logger = logging.getLogger(__name__)
 class TrainResult:
     export_dir: Path | None
     dev_metrics: dict[str, Any]
-    manifest: dict[str, Any] | None
+    manifest: Manifest | None
     model: Any = None  # the trained model in memory (PeftModel under LoRA)
 
 
-def build_spec(cfg: EvaluatorConfig, model_path: str) -> EvaluatorSpec:
+def build_spec(cfg: TrainConfig, model_path: str) -> ModelSpec:
     head = infer_head(model_path) if cfg.head == "auto" else cfg.head
-    return EvaluatorSpec(head=head, max_length=cfg.max_length, max_query_length=cfg.max_query_length,
-                         input_template=cfg.input_template, label_tokens=tuple(cfg.label_tokens))
+    return ModelSpec(head=head, max_length=cfg.max_length, max_query_length=cfg.max_query_length,
+                     input_template=cfg.input_template, label_tokens=tuple(cfg.label_tokens),
+                     passage_format=cfg.passage_format)
 
 
-def apply_lora(model, cfg: EvaluatorConfig, head: str):
-    from peft import LoraConfig, TaskType, get_peft_model
-
-    task = TaskType.SEQ_2_SEQ_LM if head == "seq2seq" else TaskType.SEQ_CLS
-    lcfg = LoraConfig(task_type=task, r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=cfg.lora_target_modules, modules_to_save=head_module_names(model) or None)
-    model = get_peft_model(model, lcfg)
-    if int(os.environ.get("RANK", "0")) == 0:
-        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        total = sum(p.numel() for p in model.parameters())
-        logger.info("LoRA: %d of %d parameters trainable (%.2f%%)", trainable, total, 100 * trainable / total)
-    return model
-
-
-def _meta_info(cfg: EvaluatorConfig, train_file: str) -> dict[str, Any]:
+def _meta_info(cfg: TrainConfig, train_file: str) -> dict[str, Any]:
     for base in ([Path(cfg.dataset_dir)] if cfg.dataset_dir else []) + [Path(train_file).parent.parent, Path(train_file).parent]:
         meta = base / "meta.json"
         if meta.exists():
@@ -64,7 +59,8 @@ def _meta_info(cfg: EvaluatorConfig, train_file: str) -> dict[str, Any]:
     return {}
 
 
-def train_evaluator(cfg: EvaluatorConfig) -> TrainResult:
+def train_model(cfg: TrainConfig) -> TrainResult:
+    """Train the model of ``cfg``'s task, calibrate it and fit its decision on dev, and export it."""
     from accelerate import PartialState
     from transformers import AutoTokenizer, set_seed
 
@@ -110,9 +106,9 @@ def train_evaluator(cfg: EvaluatorConfig) -> TrainResult:
 
     # --- train -----------------------------------------------------------------------------
     args = training_arguments(cfg, has_dev=True)
-    trainer = EvaluatorTrainer(
+    trainer = PairTrainer(
         model=model, args=args, train_dataset=train_ds, eval_dataset=dev_ds, data_collator=Collator(tokenizer.pad_token_id),
-        processing_class=tokenizer, compute_metrics=make_compute_metrics(dev_ds.query_ids), head=spec.head,
+        processing_class=tokenizer, compute_metrics=make_compute_metrics(dev_ds.group_ids), head=spec.head,
         loss_name=cfg.loss, label_ids=label_ids, pos_weight=cfg.pos_weight, head_learning_rate=cfg.head_learning_rate,
         group_by_length=cfg.group_by_length,
     )
@@ -125,7 +121,7 @@ def train_evaluator(cfg: EvaluatorConfig) -> TrainResult:
             logger.info("resuming from %s", resume)
     train_out = trainer.train(resume_from_checkpoint=resume)
 
-    # --- calibrate on dev, choose thresholds, export ------------------------------------------
+    # --- calibrate on dev, fit the decision, export --------------------------------------------
     pred = trainer.predict(calib_ds)
     logits = np.asarray(pred.predictions, dtype=np.float64).reshape(-1)
     labels = np.asarray(calib_ds.labels, dtype=np.float64)
@@ -134,35 +130,25 @@ def train_evaluator(cfg: EvaluatorConfig) -> TrainResult:
     result = TrainResult(None, {}, None)
     if not trainer.is_world_process_zero():
         return result
-    calib = cal.fit_calibration(logits, labels, cfg.calibration)
+    calib = fitting.fit_calibration(logits, labels, cfg.calibration)
     probs = calib.apply(logits)
-    if cfg.theta_high is not None and cfg.theta_low is not None:
-        th = cal.Thresholds(cfg.theta_high, cfg.theta_low, "fixed", cfg.precision_target, cfg.npv_target,
-                            len(labels), int((labels >= 0.5).sum()))
-    else:
-        th = cal.search_thresholds(probs, labels, cfg.precision_target, cfg.npv_target, cfg.min_dev_pairs)
-        if cfg.theta_high is not None or cfg.theta_low is not None:
-            th.theta_high = cfg.theta_high if cfg.theta_high is not None else th.theta_high
-            th.theta_low = cfg.theta_low if cfg.theta_low is not None else min(th.theta_low, th.theta_high)
-            th.method += "+fixed"
-    raw_probs = 1.0 / (1.0 + np.exp(-logits))
-    dev_metrics = evaluate_scores(probs, labels, th.theta_high, th.theta_low, query_ids=calib_ds.query_ids)
-    raw_metrics = evaluate_scores(raw_probs, labels, 0.5, None, query_ids=calib_ds.query_ids)
-    calib_info = {**calib.to_dict(), **cal.calibration_report(logits, labels, calib), "fitted_on": "dev", "dev_pairs": len(labels)}
+    decision = TRAINING_TASKS[cfg.TASK].fit_decision(cfg, probs, labels)
+    raw_probs = sigmoid(logits)
+    metrics = dev_metrics(cfg, decision, probs, labels, calib_ds)
+    raw_metrics = evaluate_scores(raw_probs, labels, 0.5, None, query_ids=calib_ds.group_ids, actions=False)
+    calib_info = {**fitting.calibration_report(logits, labels, calib), "fitted_on": "dev", "dev_pairs": len(labels)}
 
-    manifest: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "task": "evaluator",
-        "package": {"name": "crag-evaluators", "version": package_version(), "git_commit": git_commit()},
-        "model": {"backbone": cfg.model_name_or_path, "head": spec.head},
-        "input": {"template": spec.input_template, "label_tokens": list(spec.label_tokens),
-                  "max_length": spec.max_length, "max_query_length": spec.max_query_length,
-                  "passage_format": "{title}. {text}"},
-        "score": "sigmoid(a * logit + b)",
-        "calibration": calib_info,
-        "thresholds": th.to_dict(),
-        "metrics": {"dev": dev_metrics, "dev_raw_at_0.5": raw_metrics},
-        "training": {
+    manifest = Manifest(
+        task=cfg.TASK,
+        model=ModelInfo(backbone=cfg.model_name_or_path, head=spec.head),
+        spec=spec,
+        calibration=calib,
+        thresholds=decision,
+        calibration_info=calib_info,
+        metrics={"dev": metrics, "dev_raw_at_0.5": raw_metrics},
+        package={"name": "crag-evaluators", "version": package_version(), "git_commit": git_commit()},
+        sentence_max_chars=cfg.sentence_max_chars if isinstance(cfg, ExtractorConfig) else None,
+        training={
             "config": cfg.to_dict(),
             "global_step": train_out.global_step,
             "world_size": trainer.args.world_size,
@@ -174,13 +160,17 @@ def train_evaluator(cfg: EvaluatorConfig) -> TrainResult:
                      "dev_file": dev_file, "dev_sha256": file_sha256(dev_file), "dev_pairs": len(labels),
                      "passages_truncated": train_ds.stats.passages_truncated, **_meta_info(cfg, train_file)},
         },
-    }
+    )
 
     def contents(tmp: Path) -> dict[str, Any]:
         info = save_model_weights(trainer.model, tokenizer, tmp, merge_lora=cfg.merge_lora)
-        cal.write_plots(tmp / "plots", probs, labels, th, raw_probs=raw_probs)
-        return {"model": {**manifest["model"], **info}}
+        write_plots(tmp / "plots", probs, labels, plot_thresholds(decision),
+                    getattr(decision, "precision_target", None), raw_probs=raw_probs)
+        return info
 
     out = write_export(cfg.export_dir, contents, manifest)
-    logger.info("export written to %s", out)
-    return TrainResult(out, dev_metrics, manifest, trainer.model)
+    logger.info("%s export written to %s", cfg.TASK, out)
+    return TrainResult(out, metrics, manifest, trainer.model)
+
+
+train_evaluator = train_model  # the name of earlier versions

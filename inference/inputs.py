@@ -1,0 +1,116 @@
+"""The one way a (query, passage) becomes model input, at training time and at serving time.
+
+* :func:`passage_text` - a passage (a string, or a :class:`~data_prep.records.Passage` with a
+  title) as the text the model sees, by the spec's ``passage_format`` (default
+  ``"{title}. {text}"``, recorded in every manifest);
+* :class:`PairEncoder` - texts to token ids under a :class:`~inference.modeling.ModelSpec`:
+  the query is capped at ``max_query_length`` tokens first, then the passage is truncated so the
+  pair fits ``max_length`` (never the query), and truncations are counted;
+* :func:`pad_batch` - dynamic padding of encoded features (training batches and tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from data_prep.records import Passage
+
+from .modeling import DEFAULT_PASSAGE_FORMAT, ModelSpec
+
+
+def passage_text(passage: str | Passage, passage_format: str = DEFAULT_PASSAGE_FORMAT) -> str:
+    """The text the model sees for ``passage``: a string as it is; a :class:`Passage` with a title
+    through ``passage_format`` (``{title}`` and ``{text}``), without one as its text."""
+    if isinstance(passage, str):
+        return passage
+    if isinstance(passage, Passage):
+        return passage_format.format(title=passage.title, text=passage.text) if passage.title else passage.text
+    raise TypeError(f"a passage must be a str or Passage, got {type(passage).__name__}")
+
+
+@dataclass
+class EncodeStats:
+    pairs: int = 0
+    passages_truncated: int = 0
+    queries_truncated: int = 0
+
+    def add(self, other: "EncodeStats") -> None:
+        self.pairs += other.pairs
+        self.passages_truncated += other.passages_truncated
+        self.queries_truncated += other.queries_truncated
+
+
+class PairEncoder:
+    """Turns (query, passage) texts into token ids under a :class:`ModelSpec`."""
+
+    def __init__(self, tokenizer, spec: ModelSpec):
+        self.tokenizer = tokenizer
+        self.spec = spec
+        if spec.head != "cross-encoder":
+            t = spec.input_template
+            i = t.index("{passage}")
+            self._before, self._after = t[:i], t[i + len("{passage}") :]
+            self._after_ids = tokenizer(self._after, add_special_tokens=False)["input_ids"] if self._after.strip() else []
+            self._eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+
+    def _cap_queries(self, queries: Sequence[str], stats: EncodeStats) -> list[str]:
+        enc = self.tokenizer(list(queries), add_special_tokens=False, return_offsets_mapping=True)
+        out = []
+        for q, ids, offs in zip(queries, enc["input_ids"], enc["offset_mapping"]):
+            if len(ids) > self.spec.max_query_length:
+                stats.queries_truncated += 1
+                q = q[: offs[self.spec.max_query_length - 1][1]]
+            out.append(q)
+        return out
+
+    def encode(self, queries: Sequence[str], passages: Sequence[str]) -> tuple[dict[str, list[list[int]]], EncodeStats]:
+        if len(queries) != len(passages):
+            raise ValueError(f"{len(queries)} queries but {len(passages)} passages")
+        stats = EncodeStats(pairs=len(queries))
+        if not queries:
+            return {"input_ids": []}, stats
+        queries = self._cap_queries(queries, stats)
+        L = self.spec.max_length
+        if self.spec.head == "cross-encoder":
+            enc = self.tokenizer(list(queries), list(passages), truncation="only_second", max_length=L,
+                                 return_overflowing_tokens=False)
+            full = self.tokenizer(list(queries), list(passages), truncation=False)["input_ids"]
+            stats.passages_truncated += sum(len(f) > L for f in full)
+            out = {"input_ids": enc["input_ids"]}
+            if "token_type_ids" in enc:
+                out["token_type_ids"] = enc["token_type_ids"]
+            return out, stats
+        befores = [self._before.format(query=q) for q in queries]
+        b_ids = self.tokenizer(befores, add_special_tokens=False)["input_ids"]
+        p_ids = self.tokenizer(list(passages), add_special_tokens=False)["input_ids"]
+        ids = []
+        fixed = len(self._after_ids) + len(self._eos)
+        for b, p in zip(b_ids, p_ids):
+            budget = L - len(b) - fixed
+            if len(p) > budget:
+                stats.passages_truncated += 1
+                p = p[: max(budget, 0)]
+            ids.append(b + p + self._after_ids + self._eos)
+        return {"input_ids": ids}, stats
+
+
+def pad_batch(features: Sequence[dict[str, list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Dynamic padding to the longest sequence in the batch."""
+    n = len(features)
+    width = max(len(f["input_ids"]) for f in features)
+    ids = torch.full((n, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    tt = torch.zeros((n, width), dtype=torch.long) if "token_type_ids" in features[0] else None
+    for i, f in enumerate(features):
+        m = len(f["input_ids"])
+        ids[i, :m] = torch.tensor(f["input_ids"], dtype=torch.long)
+        mask[i, :m] = 1
+        if tt is not None:
+            tt[i, :m] = torch.tensor(f["token_type_ids"], dtype=torch.long)
+    out = {"input_ids": ids, "attention_mask": mask}
+    if tt is not None:
+        out["token_type_ids"] = tt
+    return out

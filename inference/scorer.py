@@ -1,0 +1,113 @@
+"""What every served model is: a scoring engine, the export's calibration and its manifest.
+
+:class:`PairScorer` turns ``(query, passage)`` pairs into calibrated probabilities; the three task
+objects (:class:`~inference.evaluator.Evaluator`, :class:`~inference.answer.AnswerClassifier`,
+:class:`~inference.extractor.Extractor`) add their decision on top.
+
+Empty (or whitespace-only) queries and passages are rejected with ``ValueError`` naming the pair:
+there is nothing to score, and a number for them would look like evidence.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+import torch
+
+from data_prep.records import Passage
+
+from .calibration import Calibration, sigmoid
+from .engine import ScoringEngine
+from .inputs import EncodeStats, passage_text
+from .manifest import Manifest
+from .modeling import ModelSpec
+
+Pair = tuple[str, "str | Passage"]
+
+
+class PairScorer:
+    """Calibrated probabilities for (query, passage) pairs, in input order.
+
+    A passage is a string or a :class:`~data_prep.records.Passage` (shown to the model through the
+    manifest's ``passage_format``, ``"{title}. {text}"`` by default, as in training).
+    """
+
+    task = ""
+
+    def __init__(self, engine: ScoringEngine, manifest: Manifest, path: str | None = None):
+        self.engine = engine
+        self.manifest = manifest
+        self.calibration: Calibration = manifest.calibration
+        self.path = path
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(path={self.path!r}, head={self.spec.head!r}, device={str(self.device)!r})"
+
+    @property
+    def spec(self) -> ModelSpec:
+        return self.engine.spec
+
+    @property
+    def device(self) -> torch.device:
+        return self.engine.device
+
+    @property
+    def passage_format(self) -> str:
+        return self.spec.passage_format
+
+    # -- inputs --------------------------------------------------------------------------------
+    def passage_text(self, passage: str | Passage, where: str = "passage") -> str:
+        try:
+            text = passage_text(passage, self.passage_format)
+        except TypeError as e:
+            raise TypeError(f"{where}: {e}") from None
+        if not text.strip():
+            raise ValueError(f"{where}: empty passage (nothing to score)")
+        return text
+
+    def check_query(self, query: object, where: str = "query") -> str:
+        if not isinstance(query, str):
+            raise TypeError(f"{where}: the query must be a str, got {type(query).__name__}")
+        if not query.strip():
+            raise ValueError(f"{where}: empty query (nothing to score)")
+        return query
+
+    def texts(self, pairs: Iterable[Pair]) -> tuple[list[str], list[str]]:
+        queries, passages = [], []
+        for i, pair in enumerate(pairs):
+            try:
+                q, p = pair
+            except (TypeError, ValueError):
+                raise TypeError(f"pair {i}: expected a (query, passage) tuple, got {type(pair).__name__}") from None
+            queries.append(self.check_query(q, f"pair {i}"))
+            passages.append(self.passage_text(p, f"pair {i}"))
+        return queries, passages
+
+    # -- scores --------------------------------------------------------------------------------
+    def logits(self, pairs: Iterable[Pair], progress: bool = False) -> np.ndarray:
+        """The model's logit ``z`` per pair (float64, input order)."""
+        queries, passages = self.texts(pairs)
+        return self.engine.logits(queries, passages, progress=progress)[0]
+
+    def score_texts(self, queries: Sequence[str], passages: Sequence[str],
+                    progress: bool = False) -> tuple[np.ndarray, np.ndarray, EncodeStats]:
+        """Calibrated and raw probabilities of already checked texts, and the truncation counts."""
+        z, stats = self.engine.logits(queries, passages, progress=progress)
+        return self.calibrate(z), sigmoid(z), stats
+
+    def calibrate(self, logits: Sequence[float] | np.ndarray) -> np.ndarray:
+        """``sigmoid(a * z + b)`` with the manifest's calibration."""
+        return self.calibration.apply(logits)
+
+    @staticmethod
+    def sigmoid(logits: Sequence[float] | np.ndarray) -> np.ndarray:
+        return sigmoid(logits)
+
+    def score(self, pairs: Iterable[Pair], progress: bool = False) -> list[float]:
+        """Calibrated probabilities in [0, 1], one per pair, in input order."""
+        return self.calibrate(self.logits(pairs, progress)).tolist()
+
+    def score_raw(self, pairs: Iterable[Pair], progress: bool = False) -> list[float]:
+        """Uncalibrated ``sigmoid(z)``, one per pair, in input order."""
+        return sigmoid(self.logits(pairs, progress)).tolist()
