@@ -23,7 +23,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import random
 import shutil
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
@@ -35,17 +34,14 @@ from tqdm import tqdm
 from .io import DataError, Rejects, atomic_write, iter_json_lines, iter_lines, require_path, write_json
 from .records import LABEL_SOURCES, SCHEMA_VERSION, LabelledPair, Passage, QueryExample, RecordError
 from .stats import DatasetStats, format_report
-from .text import contains_answer, split_sentences
+from .tasks import TASK_FILES, TASKS, label_source, seeded_rng
+from .tasks.answer import HitsError, answer_pairs
+from .tasks.evaluator import evaluator_groups, evaluator_pairs
+from .tasks.extractor import DEFAULT_MAX_CHARS, RationaleError, extractor_pairs
 
 logger = logging.getLogger(__name__)
 
-TASKS = ("evaluator", "answer", "extractor")
-#: task -> the kinds of file it writes, each as ``{split}.{kind}.jsonl``
-TASK_FILES = {"evaluator": ("pairs", "groups"), "answer": ("pairs",), "extractor": ("pairs",)}
 SPLITS = ("train", "dev")
-#: MS MARCO's placeholder answer for queries whose passages do not answer them
-MSMARCO_NO_ANSWER = "No Answer Present."
-HF_MSMARCO = "hf-msmarco"
 REJECTS_DIR = "rejects"
 
 
@@ -72,6 +68,8 @@ class BuildConfig:
     short_groups: str = "pad"
     #: ``query`` (QueryExample), ``pair`` (LabelledPair) or ``auto`` (from the first record)
     input_type: str = "auto"
+    #: extractor: sentences longer than this are cut into pieces (as the served extractor does)
+    sentence_max_chars: int | None = DEFAULT_MAX_CHARS
     skip_bad: bool = False
     overwrite: bool = False
 
@@ -91,6 +89,8 @@ class BuildConfig:
             raise ValueError(f"--short-groups must be 'pad' or 'drop', got {self.short_groups!r}")
         if self.input_type not in ("auto", "query", "pair"):
             raise ValueError(f"--input-type must be auto, query or pair, got {self.input_type!r}")
+        if self.sentence_max_chars is not None and self.sentence_max_chars < 20:
+            raise ValueError(f"--sentence-max-chars must be at least 20, got {self.sentence_max_chars}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,203 +108,12 @@ def split_of(query_id: str, seed: int, dev_ratio: float) -> str:
     return "dev" if u < dev_ratio else "train"
 
 
-def _rng(seed: int, query_id: str, purpose: str) -> random.Random:
-    # str seeds are hashed with SHA-512 by random.seed: stable across runs and PYTHONHASHSEED
-    return random.Random(f"{seed}\x00{query_id}\x00{purpose}")
-
-
 def cap_negatives(negatives: list[Passage], limit: int | None, seed: int, query_id: str) -> list[Passage]:
     """At most ``limit`` negatives: a seeded sample that keeps the original (rank) order."""
     if limit is None or len(negatives) <= limit:
         return list(negatives)
-    keep = sorted(_rng(seed, query_id, "cap").sample(range(len(negatives)), limit))
+    keep = sorted(seeded_rng(seed, query_id, "cap").sample(range(len(negatives)), limit))
     return [negatives[i] for i in keep]
-
-
-# --------------------------------------------------------------------------------------------
-# Per-task record builders (pure functions of one example; tests call them directly)
-
-
-def _label_source(passage: Passage, example: QueryExample) -> str:
-    return str(passage.metadata.get("label_source") or example.metadata.get("label_source") or "human")
-
-
-def evaluator_pairs(example: QueryExample) -> list[LabelledPair]:
-    """Pointwise relevance pairs: every positive labelled 1, every negative 0.
-
-    The label source is the passage's ``metadata["label_source"]``, else the example's, else
-    ``human`` (gold passages and qrels).
-    """
-    out = []
-    for role, passages, label in (("positive", example.positives, 1.0), ("negative", example.negatives, 0.0)):
-        for p in passages:
-            out.append(
-                LabelledPair(
-                    query_id=example.id,
-                    query=example.query,
-                    passage=p,
-                    label=label,
-                    label_source=_label_source(p, example),
-                    metadata={"role": role, "source": example.source},
-                )
-            )
-    return out
-
-
-def evaluator_groups(
-    example: QueryExample, group_size: int, seed: int, short_groups: str = "pad"
-) -> tuple[list[QueryExample], Counter[str]]:
-    """One group per positive: that positive plus ``group_size - 1`` negatives sampled with a
-    generator seeded by (seed, query id, positive index).
-
-    With fewer negatives than needed, ``pad`` uses every negative once and fills the rest by
-    sampling with replacement (as FlagEmbedding does); ``drop`` drops the query's groups. A query
-    without negatives has no groups either way. Returns the groups and counts of what happened
-    (``padded``: groups; ``dropped:<reason>``: queries).
-    """
-    k = group_size - 1
-    notes: Counter[str] = Counter()
-    pool = example.negatives
-    if not example.positives:
-        notes["dropped:no-positives"] += 1
-        return [], notes
-    if not pool:
-        notes["dropped:no-negatives"] += 1
-        return [], notes
-    if len(pool) < k and short_groups == "drop":
-        notes["dropped:too-few-negatives"] += 1
-        return [], notes
-    groups = []
-    for i, pos in enumerate(example.positives):
-        rng = _rng(seed, example.id, f"group:{i}")
-        if len(pool) >= k:
-            negs = rng.sample(pool, k)
-            padded = False
-        else:
-            negs = rng.sample(pool, len(pool)) + rng.choices(pool, k=k - len(pool))
-            padded = True
-            notes["padded"] += 1
-        groups.append(
-            QueryExample(
-                id=f"{example.id}#g{i}",
-                query=example.query,
-                positives=[pos],
-                negatives=negs,
-                answers=list(example.answers),
-                source=example.source,
-                metadata={
-                    "query_id": example.id,
-                    "positive_index": i,
-                    "padded": padded,
-                    "label_source": _label_source(pos, example),
-                },
-            )
-        )
-    return groups, notes
-
-
-def _real_answers(answers: Iterable[str]) -> list[str]:
-    return [a for a in answers if a.strip() and a.strip() != MSMARCO_NO_ANSWER]
-
-
-def answer_pairs(example: QueryExample) -> tuple[list[LabelledPair], str | None]:
-    """Answer-existence pairs over positives and negatives; returns ``(pairs, skip_reason)``.
-
-    * ``source == "hf-msmarco"``: MS MARCO's own judgement - a positive (``is_selected``) is 1 when
-      the query has a real answer, 0 otherwise; negatives 0; label source ``human``.
-    * otherwise: 1 when the passage (title and text) contains a gold answer after SQuAD
-      normalisation (label source ``answer-match``); a query without answers is skipped.
-    """
-    passages = [("positive", p) for p in example.positives] + [("negative", p) for p in example.negatives]
-    if not passages:
-        return [], "no-passages"
-    answers = _real_answers(example.answers)
-    msmarco = example.source == HF_MSMARCO
-    if not msmarco and not answers:
-        return [], "no-answers"
-    out = []
-    for role, p in passages:
-        if msmarco:
-            label, source = float(role == "positive" and bool(answers)), "human"
-        else:
-            label, source = float(contains_answer(p.full_text(" "), answers)), "answer-match"
-        out.append(
-            LabelledPair(
-                query_id=example.id,
-                query=example.query,
-                passage=p,
-                label=label,
-                label_source=source,
-                metadata={"role": role, "source": example.source},
-            )
-        )
-    return out, None
-
-
-def _rationales(passage: Passage, n_sentences: int) -> set[int] | None:
-    r = passage.metadata.get("rationale_sentences")
-    if r is None:
-        return None
-    if not isinstance(r, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in r):
-        raise BuildError(f"passage {passage.id!r}: metadata 'rationale_sentences' must be a list of sentence indices")
-    bad = [i for i in r if not 0 <= i < n_sentences]
-    if bad:
-        raise BuildError(
-            f"passage {passage.id!r}: rationale sentence index {bad[0]} is outside 0..{n_sentences - 1}"
-            f" (the passage splits into {n_sentences} sentences)"
-        )
-    return set(r)
-
-
-def extractor_pairs(example: QueryExample) -> tuple[list[LabelledPair], Counter[str]]:
-    """Sentence pairs from the positive passages; returns ``(pairs, skip_counts)``.
-
-    A sentence is 1 when it contains a gold answer or is one of the passage's given rationales
-    (``metadata["rationale_sentences"]``, indices into :func:`split_sentences` of the text).
-    The label source is ``human`` for a passage with rationales, else ``answer-match``. Skipped
-    (and counted): queries without positives, queries without answers or rationales, and passages
-    in which no sentence is labelled 1 (the answer crosses a sentence boundary, or is free text).
-    """
-    skips: Counter[str] = Counter()
-    if not example.positives:
-        skips["no-positives"] += 1
-        return [], skips
-    answers = _real_answers(example.answers)
-    if not answers and not any("rationale_sentences" in p.metadata for p in example.positives):
-        skips["no-answers-or-rationales"] += 1
-        return [], skips
-    out: list[LabelledPair] = []
-    for p in example.positives:
-        sentences = split_sentences(p.text)
-        rationales = _rationales(p, len(sentences))
-        source = "human" if rationales is not None else "answer-match"
-        labels = [
-            float((rationales is not None and k in rationales) or contains_answer(s, answers))
-            for k, s in enumerate(sentences)
-        ]
-        if not any(labels):
-            skips["passages-without-answer-sentence"] += 1
-            continue
-        for k, (s, label) in enumerate(zip(sentences, labels)):
-            sentence = Passage(
-                id=f"{p.id}#s{k}",
-                text=s,
-                title=p.title,
-                metadata={"parent_id": p.id, "sentence_index": k, "parent_text": p.text},
-            )
-            out.append(
-                LabelledPair(
-                    query_id=example.id,
-                    query=example.query,
-                    passage=sentence,
-                    label=label,
-                    label_source=source,
-                    metadata={"source": example.source},
-                )
-            )
-    if not out and skips:
-        skips["no-answer-sentence"] += 1  # the query, beside its passages
-    return out, skips
 
 
 # --------------------------------------------------------------------------------------------
@@ -444,7 +253,7 @@ class _Builder:
         if len(capped) < len(negs):
             self.tally.dropped_negatives["over-max-negatives-per-query"] += len(negs) - len(capped)
         for p in ex.positives:
-            ls = _label_source(p, ex)
+            ls = label_source(p, ex)
             if ls not in LABEL_SOURCES:
                 raise BuildError(f"passage {p.id!r}: label_source {ls!r} is not one of {', '.join(LABEL_SOURCES)}")
         return QueryExample(ex.id, ex.query, ex.positives, capped, ex.answers, ex.source, ex.metadata)
@@ -469,12 +278,12 @@ class _Builder:
                 self.tally.skip("evaluator", "no-positives", ex.id)
             out[("evaluator", "groups")] = self._groups(ex)
         if "answer" in self.tasks:
-            pairs, reason = answer_pairs(ex)
-            if reason:
-                self.tally.skip("answer", reason, ex.id)
+            pairs, skips = answer_pairs(ex)
+            for reason, n in skips.items():
+                self.tally.skip("answer", reason, ex.id, n)
             out[("answer", "pairs")] = pairs
         if "extractor" in self.tasks:
-            pairs, skips = extractor_pairs(ex)
+            pairs, skips = extractor_pairs(ex, self.cfg.sentence_max_chars)
             for reason, n in skips.items():
                 self.tally.skip("extractor", reason, ex.id, n)
             out[("extractor", "pairs")] = pairs
@@ -515,7 +324,7 @@ class _Builder:
         """``fn(arg)``; a record problem becomes a ``file:line`` reject (raised when strict)."""
         try:
             return fn(arg)
-        except (BuildError, RecordError) as e:
+        except (BuildError, RecordError, HitsError, RationaleError) as e:
             rejects.reject(DataError(self.path, line, str(e), "invalid-for-build"), raw)
             return None
 
@@ -638,6 +447,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--short-groups", choices=("pad", "drop"), default="pad",
                    help="queries with too few negatives for a group: pad by resampling (default) or drop")
     p.add_argument("--input-type", choices=("auto", "query", "pair"), default="auto", help="record type of --input")
+    p.add_argument("--sentence-max-chars", type=int, default=DEFAULT_MAX_CHARS,
+                   help="extractor: cut sentences longer than this into pieces (the served extractor's splitter)")
     p.add_argument("--skip-bad", action="store_true", help="skip and count bad rows (written to OUTPUT/rejects/)")
     p.add_argument("--overwrite", action="store_true", help="replace the dataset files of a non-empty OUTPUT")
     p.set_defaults(func=run)
@@ -655,6 +466,7 @@ def run(args: argparse.Namespace) -> int:
         max_negatives_per_query=args.max_negatives_per_query,
         short_groups=args.short_groups,
         input_type=args.input_type,
+        sentence_max_chars=args.sentence_max_chars,
         skip_bad=args.skip_bad,
         overwrite=args.overwrite,
     )

@@ -29,6 +29,11 @@ changed, unless ``--overwrite``. When every shard exists they are merged into
 has ``rank`` (1-based BM25 rank, null for easy ones), ``score`` (BM25 score), ``kind``
 (``hard``/``easy``) and, with the dense filter, ``dense_sim``) and ``DIR/meta.json``
 (parameters, tokenizer, corpus hash and size, counts, timings, package versions).
+
+For the answer-existence task, ``--answer-hits K`` also keeps each query's top ``K`` hits
+(positives aside, answer-bearing or not, with ``rank``, ``score`` and ``has_answer``) in the
+example's ``metadata["answer_hits"]``: on-topic passages with and without the answer, which the
+negatives cannot give since they exclude answer-bearing hits.
 """
 
 from __future__ import annotations
@@ -95,6 +100,7 @@ class MiningConfig:
     easy_ratio: float = 0.0  # share of the negatives drawn at random from the whole corpus
     seed: int = 13
     exclude_answers: bool = True  # drop hits that contain a gold answer string (likely false negatives)
+    answer_hits: int = 0  # keep the top K hits (positives aside) in metadata["answer_hits"] for the answer task
     dense_model: str | None = None  # local sentence-embedding folder for the margin filter ("default": MiniLM)
     dense_margin: float = 0.05  # drop a candidate whose dense similarity >= best positive's - margin
     engine: str = "bm25s"
@@ -132,6 +138,8 @@ class MiningConfig:
             raise ValueError(f"--bm25-backend must be one of {', '.join(BACKENDS)}, got {self.bm25_backend!r}")
         if self.batch_size < 1:
             raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.answer_hits < 0 or self.answer_hits > self.depth:
+            raise ValueError(f"--answer-hits must be in 0..depth ({self.depth}), got {self.answer_hits}")
 
     @property
     def n_easy(self) -> int:
@@ -202,6 +210,21 @@ class _QueryState:
                 continue
             meta = dict(p.metadata, rank=r + 1, score=round(float(self.scores[r]), 4), kind="hard")
             out.append(Passage(id=p.id, text=p.text, title=p.title, metadata=meta))
+        return out
+
+    def answer_hits(self, k: int) -> list[dict]:
+        """The top ``k`` hits that are not positives, answer-bearing or not, for the answer task:
+        each with its ``rank``, ``score`` and ``has_answer`` (a gold answer string in it)."""
+        out = []
+        for r in range(min(k, len(self.rows))):
+            p = self.index.store[int(self.rows[r])]
+            if self._is_positive(p):
+                continue
+            has = bool(self.q.answers) and contains_answer(p.full_text(" "), self.q.answers)
+            self.counts["answer_hits"] += 1
+            self.counts["answer_hits_with_answer"] += has
+            meta = dict(p.metadata, rank=r + 1, score=round(float(self.scores[r]), 4), has_answer=has)
+            out.append(Passage(id=p.id, text=p.text, title=p.title, metadata=meta).to_dict())
         return out
 
     def _dropped(self, p: Passage) -> bool:
@@ -313,10 +336,13 @@ def mine_batch(
             counts["queries_too_few_negatives"] += 1
         if s.q.negatives:
             counts["input_negatives_replaced"] += len(s.q.negatives)
+        metadata = s.q.metadata
+        if cfg.answer_hits:
+            metadata = {**metadata, "answer_hits": s.answer_hits(cfg.answer_hits)}
         out.append(
             QueryExample(
                 id=s.q.id, query=s.q.query, positives=s.q.positives, negatives=negs,
-                answers=s.q.answers, source=s.q.source, metadata=s.q.metadata,
+                answers=s.q.answers, source=s.q.source, metadata=metadata,
             )
         )
     timings["select_s"] += time.perf_counter() - t1
@@ -543,6 +569,8 @@ def _merge(
             "queries_no_hits": counts["queries_no_hits"],
             "dense_skipped_no_positive": counts["dense_skipped_no_positive"],
             "input_negatives_replaced": counts["input_negatives_replaced"],
+            "answer_hits": counts["answer_hits"],
+            "answer_hits_with_answer": counts["answer_hits_with_answer"],
         },
         "rejects": rejects.summary() if rejects is not None else {"total": 0, "by_reason": {}},
         "timings": {
@@ -624,6 +652,9 @@ def register(subparsers) -> None:
     g.add_argument("--sampling", choices=SAMPLING, default="top", help="best valid hits of the window, or random ones")
     g.add_argument("--easy-ratio", type=float, default=0.0, help="share of random corpus passages among the negatives")
     g.add_argument("--keep-answer-hits", action="store_true", help="do not drop hits that contain a gold answer")
+    g.add_argument("--answer-hits", type=int, default=0,
+                   help="keep the top K hits (positives aside, answer-bearing or not) in metadata['answer_hits'] for "
+                   "the answer-existence task; the evaluator's negatives still exclude answer-bearing hits")
     g.add_argument("--dense-model",
                    help="local sentence-embedding folder for the margin filter ('default': bundled all-MiniLM-L6-v2)")
     g.add_argument("--dense-margin", type=float, default=0.05,
@@ -652,7 +683,7 @@ def config_from_args(args: argparse.Namespace) -> MiningConfig:
         num_shards = n
     return MiningConfig(
         depth=args.depth, window=parse_window(args.window), negatives=args.negatives, sampling=args.sampling,
-        easy_ratio=args.easy_ratio, seed=args.seed, exclude_answers=not args.keep_answer_hits,
+        easy_ratio=args.easy_ratio, seed=args.seed, exclude_answers=not args.keep_answer_hits, answer_hits=args.answer_hits,
         dense_model=args.dense_model, dense_margin=args.dense_margin, engine=args.engine, tokenizer=tok,
         bm25=BM25Params(k1=args.k1, b=args.b), num_shards=num_shards, bm25_backend=args.bm25_backend, batch_size=args.batch_size,
         n_threads=args.threads, show_progress=not args.no_progress,

@@ -221,15 +221,15 @@ def test_answer_labels_from_answer_match(built, examples):
 def test_answer_labels_negative_containing_answer(examples):
     ex = examples[0]
     leak = Passage("leak", f"As reported, the answer is {ex.answers[0]}.", "Leak")
-    pairs, reason = B.answer_pairs(QueryExample(ex.id, ex.query, ex.positives, [leak], ex.answers))
-    assert reason is None and [p.label for p in pairs] == [1.0, 1.0]
+    pairs, skips = B.answer_pairs(QueryExample(ex.id, ex.query, ex.positives, [leak], ex.answers))
+    assert not skips and [p.label for p in pairs] == [1.0, 1.0]
 
 
 def test_answer_labels_from_msmarco_selection(examples):
     ex = examples[5]
     answered = QueryExample("m1", ex.query, ex.positives, ex.negatives[:2], ["A free-text answer that no passage contains."], "hf-msmarco")
-    pairs, reason = B.answer_pairs(answered)
-    assert reason is None
+    pairs, skips = B.answer_pairs(answered)
+    assert not skips
     assert [(p.label, p.label_source) for p in pairs] == [(1.0, "human"), (0.0, "human"), (0.0, "human")]
     for answers in ([], ["No Answer Present."]):
         unanswered = QueryExample("m2", ex.query, ex.positives, ex.negatives[:2], answers, "hf-msmarco")
@@ -302,6 +302,7 @@ def test_meta_and_stats_content(built, input_file):
     assert meta["parameters"] == {
         "tasks": ["evaluator", "answer", "extractor"], "dev_ratio": 0.25, "seed": 13, "group_size": 8,
         "max_negatives_per_query": None, "short_groups": "pad", "input_type": "query", "skip_bad": False,
+        "sentence_max_chars": 600,
     }
     assert meta["records_read"] == N_QUERIES + 4
     for rel, n in meta["files"].items():
