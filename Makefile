@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: quickstart test test-slow test-all bench bench-training bench-scoring install clean
+.PHONY: quickstart quickstart-models test test-slow test-all bench bench-training bench-scoring bench-models install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -30,9 +30,17 @@ install: $(STAMP)
 
 ## The main job on the bundled default: mine BM25 negatives on the NQ-open sample, train the
 ## MiniLM-L6 evaluator, calibrate, export to outputs/evaluator-quickstart/.
+LAUNCH := $(VENV)/bin/accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no \
+		--dynamo_backend no --num_cpu_threads_per_process $(NPROC)
+
 quickstart: $(STAMP)
-	$(VENV)/bin/accelerate launch --num_processes 1 --num_machines 1 --mixed_precision no \
-		--dynamo_backend no --num_cpu_threads_per_process $(NPROC) training/train_evaluator.py
+	$(LAUNCH) training/train_evaluator.py
+
+## The two other models on the bundled SQuAD sample: the answer-existence classifier
+## (outputs/answer-classifier-quickstart/) and the key-sentence extractor (outputs/extractor-quickstart/).
+quickstart-models: $(STAMP)
+	$(LAUNCH) training/train_answer_classifier.py
+	$(LAUNCH) training/train_extractor.py
 
 test: $(STAMP)
 	$(PY) -m pytest -q
@@ -53,6 +61,10 @@ bench-training: $(STAMP)
 ## Ours vs CrossEncoder.predict on the quickstart export (run `make quickstart` first).
 bench-scoring: $(STAMP)
 	$(PY) scripts/bench_scoring.py --model outputs/evaluator-quickstart --json outputs/bench/scoring.json --repeats 3
+
+## Both models against their baselines on the dev split and out of domain (run `make quickstart-models` first).
+bench-models: $(STAMP)
+	$(PY) scripts/bench_models.py --json outputs/bench/models.json
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

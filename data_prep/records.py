@@ -23,8 +23,9 @@ SCHEMA_VERSION = 1
 
 #: Where a label came from. ``human``: annotated qrels or gold passages; ``answer-match``: the
 #: passage contains a gold answer string; ``title-match``: the passage's title equals the
-#: question's entity (CRAG's rule for PopQA); ``llm``: an LLM judge; ``feedback``: user signals.
-LABEL_SOURCES = ("human", "answer-match", "title-match", "llm", "feedback")
+#: question's entity (CRAG's rule for PopQA); ``llm``: an LLM judge; ``feedback``: user signals;
+#: ``distilled``: the calibrated score of an exported model (``python -m training.distill``).
+LABEL_SOURCES = ("human", "answer-match", "title-match", "llm", "feedback", "distilled")
 
 
 class RecordError(ValueError):

@@ -12,7 +12,10 @@ all score pairs):
 3. pad each batch to its own longest sequence with vectorised numpy (no per-pair Python on the hot
    path), run it under ``torch.inference_mode`` (optionally bfloat16 autocast), and write the logits
    back at the pairs' input positions;
-4. skip work the answer does not need (:mod:`inference.kernels`).
+4. skip work the answer does not need (:mod:`inference.kernels`): for BERT cross-encoders on the
+   CPU, the sequences of a batch run packed, without padding (:class:`UnpaddedBert`), and the last
+   layer computes only the position the head reads; other cross-encoders keep padded batches with
+   that last-layer shortcut (:class:`FirstTokenLayer`).
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ import torch
 from tqdm import tqdm
 
 from .inputs import EncodeStats, PairEncoder
-from .kernels import (FAST_PATH_MIN_ROWS, FirstTokenLayer, PackedLinear, cpu_fast_path_available, encoder_layers,
-                      first_token_head, pack_linears, unpack_linears)
+from .kernels import (FAST_PATH_MIN_ROWS, FirstTokenLayer, PackedLinear, UnpaddedBert, cpu_fast_path_available,
+                      encoder_layers, first_token_head, pack_linears, unpack_linears)
 from .modeling import ModelSpec, relevance_logits
 
 logger = logging.getLogger(__name__)
@@ -66,6 +69,7 @@ class ScoringEngine:
         chunk_pairs: int = 8192,
         cpu_fast_path: bool = False,
         first_token_layer: bool = True,
+        unpadded: bool | None = None,
     ):
         self.model = model.to(device).eval()
         self.tokenizer = tokenizer
@@ -85,7 +89,12 @@ class ScoringEngine:
         self.pad_id = tokenizer.pad_token_id
         self.stats = EncodeStats()  # cumulative over the engine's life
         self.fast_path = False
-        self.first_token_layer = first_token_layer and self._enable_first_token_layer()
+        self.unpadded: UnpaddedBert | None = None
+        if unpadded is None:
+            unpadded = device.type == "cpu" and first_token_layer and not cpu_fast_path
+        if unpadded and spec.head == "cross-encoder" and UnpaddedBert.supports(self.model):
+            self._enable_unpadded()
+        self.first_token_layer = first_token_layer and (self.unpadded is not None or self._enable_first_token_layer())
         if cpu_fast_path and device.type == "cpu" and autocast_dtype is None and cpu_fast_path_available():
             self.fast_path = self._enable_fast_path()
 
@@ -115,6 +124,17 @@ class ScoringEngine:
             logger.warning("%s off (%s)", name, why)
         self.stats = EncodeStats()
         return ok
+
+    def _enable_unpadded(self) -> bool:
+        candidate = UnpaddedBert(self.model)
+
+        def apply():
+            self.unpadded = candidate
+
+        def undo():
+            self.unpadded = None
+
+        return self._try_speedup("unpadded BERT path", apply, undo)
 
     def _enable_first_token_layer(self) -> bool:
         layers = encoder_layers(self.model)
@@ -182,12 +202,36 @@ class ScoringEngine:
                 return relevance_logits(self.model, batch, self.spec.head, self.label_ids)
         return relevance_logits(self.model, batch, self.spec.head, self.label_ids)
 
+    @staticmethod
+    def _packed(flat: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """The token ids of rows ``idx``, one after another."""
+        lens = lengths[idx]
+        starts = np.repeat(offsets[idx] - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
+        return flat[starts + np.arange(int(lens.sum()))]
+
+    def _forward_unpadded(self, flat, tt, offsets, lengths, idx) -> torch.Tensor:
+        ids = torch.from_numpy(self._packed(flat, offsets, lengths, idx))
+        types = torch.from_numpy(self._packed(tt, offsets, lengths, idx)) if tt is not None else None
+        if self.device.type != "cpu":
+            ids = ids.to(self.device)
+            types = types.to(self.device) if types is not None else None
+        lens = lengths[idx].tolist()
+        if self.autocast_dtype is not None:
+            with torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype):
+                return self.unpadded.logits(ids, types, lens)
+        return self.unpadded.logits(ids, types, lens)
+
     def _score_chunk(self, queries: Sequence[str], passages: Sequence[str], out: np.ndarray, bar) -> EncodeStats:
         enc, stats = self.encoder.encode(queries, passages)
         flat, offsets, lengths = self._flatten(enc["input_ids"])
         tt = self._flatten(enc["token_type_ids"])[0] if "token_type_ids" in enc else None
         non_blocking = self.device.type == "cuda"
         for idx in self.plan_batches(lengths):
+            if self.unpadded is not None:
+                out[idx] = self._forward_unpadded(flat, tt, offsets, lengths, idx).cpu().numpy()
+                if bar is not None:
+                    bar.update(len(idx))
+                continue
             ids, mask = self._pad(flat, offsets, lengths, idx, self.pad_id)
             batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
             if tt is not None:

@@ -43,28 +43,79 @@ class EncodeStats:
         self.queries_truncated += other.queries_truncated
 
 
+#: pairs on which the tokenizer's own pair encoding is compared with the assembled one
+PROBE_PAIRS = (
+    ("who won the first nobel prize in physics?", "Wilhelm Conrad Röntgen won it in 1901, for X-rays."),
+    ("E-204 error code", "The E-204 fault (code 0x2F) means: check the pump; see §4.2 \u2014 \u201cmaintenance\u201d."),
+    ("q", "a"),
+)
+
+
 class PairEncoder:
-    """Turns (query, passage) texts into token ids under a :class:`ModelSpec`."""
+    """Turns (query, passage) texts into token ids under a :class:`ModelSpec`.
+
+    Queries and passages are tokenised once each, separately, and joined by the tokenizer's pair
+    template (for BERT ``[CLS] q [SEP] p [SEP]`` with token types), which is read off the tokenizer
+    and checked against its own pair encoding on probe pairs; a tokenizer whose pairs do not
+    decompose that way is used through its pair encoding instead (slower: three passes)."""
 
     def __init__(self, tokenizer, spec: ModelSpec):
         self.tokenizer = tokenizer
         self.spec = spec
+        self.template: dict[str, list[int]] | None = None
         if spec.head != "cross-encoder":
             t = spec.input_template
             i = t.index("{passage}")
             self._before, self._after = t[:i], t[i + len("{passage}") :]
             self._after_ids = tokenizer(self._after, add_special_tokens=False)["input_ids"] if self._after.strip() else []
             self._eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+        else:
+            self.template = self._pair_template()
 
-    def _cap_queries(self, queries: Sequence[str], stats: EncodeStats) -> list[str]:
+    # -- the cross-encoder pair template --------------------------------------------------------
+    def _pair_template(self) -> dict[str, list[int]] | None:
+        tok = self.tokenizer
+        try:
+            q, p = PROBE_PAIRS[0]
+            qi = tok(q, add_special_tokens=False)["input_ids"]
+            pi = tok(p, add_special_tokens=False)["input_ids"]
+            joint = tok(q, p)
+            ids = joint["input_ids"]
+            a = next(i for i in range(len(ids)) if ids[i : i + len(qi)] == qi)
+            b = next(i for i in range(a + len(qi), len(ids)) if ids[i : i + len(pi)] == pi)
+            types = joint.get("token_type_ids")
+            t = {"prefix": ids[:a], "middle": ids[a + len(qi) : b], "suffix": ids[b + len(pi) :]}
+            if types is not None:
+                t["types"] = [types[0] if a == 0 else types[a], types[b]]
+            for q, p in PROBE_PAIRS:
+                want = tok(q, p)
+                got = self._assemble(tok(q, add_special_tokens=False)["input_ids"], tok(p, add_special_tokens=False)["input_ids"], t)
+                if got["input_ids"] != want["input_ids"] or ("token_type_ids" in got and
+                                                            got["token_type_ids"] != want.get("token_type_ids")):
+                    return None
+            return t
+        except (StopIteration, KeyError, TypeError, ValueError, IndexError):
+            return None
+
+    @staticmethod
+    def _assemble(q: list[int], p: list[int], t: dict[str, list[int]]) -> dict[str, list[int]]:
+        first = t["prefix"] + q + t["middle"]
+        out = {"input_ids": first + p + t["suffix"]}
+        if "types" in t:
+            out["token_type_ids"] = [t["types"][0]] * len(first) + [t["types"][1]] * (len(p) + len(t["suffix"]))
+        return out
+
+    def _cap_queries(self, queries: Sequence[str], stats: EncodeStats) -> tuple[list[str], list[list[int]]]:
         enc = self.tokenizer(list(queries), add_special_tokens=False, return_offsets_mapping=True)
-        out = []
+        texts, ids_out = [], []
         for q, ids, offs in zip(queries, enc["input_ids"], enc["offset_mapping"]):
             if len(ids) > self.spec.max_query_length:
                 stats.queries_truncated += 1
                 q = q[: offs[self.spec.max_query_length - 1][1]]
-            out.append(q)
-        return out
+                ids = ids[: self.spec.max_query_length]
+            texts.append(q)
+            ids_out.append(ids)
+        return texts, ids_out
 
     def encode(self, queries: Sequence[str], passages: Sequence[str]) -> tuple[dict[str, list[list[int]]], EncodeStats]:
         if len(queries) != len(passages):
@@ -72,17 +123,32 @@ class PairEncoder:
         stats = EncodeStats(pairs=len(queries))
         if not queries:
             return {"input_ids": []}, stats
-        queries = self._cap_queries(queries, stats)
+        queries, q_ids = self._cap_queries(queries, stats)
         L = self.spec.max_length
         if self.spec.head == "cross-encoder":
-            enc = self.tokenizer(list(queries), list(passages), truncation="only_second", max_length=L,
-                                 return_overflowing_tokens=False)
-            full = self.tokenizer(list(queries), list(passages), truncation=False)["input_ids"]
-            stats.passages_truncated += sum(len(f) > L for f in full)
-            out = {"input_ids": enc["input_ids"]}
-            if "token_type_ids" in enc:
-                out["token_type_ids"] = enc["token_type_ids"]
-            return out, stats
+            if self.template is None:
+                enc = self.tokenizer(list(queries), list(passages), truncation="only_second", max_length=L,
+                                     return_overflowing_tokens=False)
+                full = self.tokenizer(list(queries), list(passages), truncation=False)["input_ids"]
+                stats.passages_truncated += sum(len(f) > L for f in full)
+                out = {"input_ids": enc["input_ids"]}
+                if "token_type_ids" in enc:
+                    out["token_type_ids"] = enc["token_type_ids"]
+                return out, stats
+            t = self.template
+            fixed = len(t["prefix"]) + len(t["middle"]) + len(t["suffix"])
+            p_ids = self.tokenizer(list(passages), add_special_tokens=False)["input_ids"]
+            ids, types = [], []
+            for q, p in zip(q_ids, p_ids):
+                budget = L - fixed - len(q)
+                if len(p) > budget:
+                    stats.passages_truncated += 1
+                    p = p[: max(budget, 0)]
+                one = self._assemble(q, p, t)
+                ids.append(one["input_ids"])
+                if "token_type_ids" in one:
+                    types.append(one["token_type_ids"])
+            return ({"input_ids": ids, "token_type_ids": types} if types else {"input_ids": ids}), stats
         befores = [self._before.format(query=q) for q in queries]
         b_ids = self.tokenizer(befores, add_special_tokens=False)["input_ids"]
         p_ids = self.tokenizer(list(passages), add_special_tokens=False)["input_ids"]

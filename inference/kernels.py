@@ -160,3 +160,86 @@ def encoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList | None:
     base = getattr(model, "base_model", None)
     layers = getattr(getattr(base, "encoder", None), "layer", None)
     return layers if isinstance(layers, torch.nn.ModuleList) and len(layers) else None
+
+
+class UnpaddedBert:
+    """A BERT cross-encoder (``BertForSequenceClassification``: BERT, MiniLM) run on the real tokens
+    only, with the first-token shortcut in the last layer.
+
+    A padded batch spends the matrix products of every layer on its padding: with a query's top-5
+    chunks of unequal lengths, often a quarter of the work. Here the sequences of a batch are packed
+    into one ``[tokens, hidden]`` matrix: embeddings, projections, output dense layers and the
+    feed-forward blocks (about three quarters of the compute) run once on the packed rows, and only
+    attention runs per sequence, without a mask. The last layer computes the first position only,
+    with keys and values folded into its query (see :class:`FirstTokenLayer`). Exact up to float
+    rounding; :class:`~inference.engine.ScoringEngine` checks it against the padded model on probe
+    pairs before using it. Eval mode only (dropout is not applied)."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model = model
+        self.bert = model.bert
+        self.layers = list(self.bert.encoder.layer)
+        self.layers[-1] = getattr(self.layers[-1], "layer", self.layers[-1])  # under a FirstTokenLayer
+
+    @staticmethod
+    def supports(model: torch.nn.Module) -> bool:
+        if type(model).__name__ != "BertForSequenceClassification" or getattr(model.config, "num_labels", 1) != 1:
+            return False
+        cfg = model.config
+        bert = getattr(model, "bert", None)
+        layers = encoder_layers(model)
+        if bert is None or layers is None or bert.pooler is None or getattr(cfg, "is_decoder", False):
+            return False
+        if getattr(cfg, "position_embedding_type", "absolute") != "absolute":
+            return False
+        last = getattr(layers[-1], "layer", layers[-1])
+        return all(FirstTokenLayer.supports(getattr(layer, "layer", layer)) for layer in list(layers[:-1]) + [last])
+
+    def _embed(self, ids: torch.Tensor, types: torch.Tensor | None, lengths: list[int]) -> torch.Tensor:
+        emb = self.bert.embeddings
+        pos = torch.cat([torch.arange(n, device=ids.device) for n in lengths])
+        x = emb.word_embeddings(ids) + emb.position_embeddings(pos)
+        x = x + emb.token_type_embeddings(types if types is not None else torch.zeros_like(ids))
+        return emb.LayerNorm(x)
+
+    @staticmethod
+    def _attention(sa: torch.nn.Module, x: torch.Tensor, spans: list[tuple[int, int]]) -> torch.Tensor:
+        heads, size = sa.num_attention_heads, sa.attention_head_size
+        q, k, v = sa.query(x), sa.key(x), sa.value(x)
+        ctx = torch.empty_like(q)
+        for s, e in spans:
+            n = e - s
+            qs, ks, vs = (t[s:e].view(1, n, heads, size).transpose(1, 2) for t in (q, k, v))
+            out = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, scale=sa.scaling)
+            ctx[s:e] = out.transpose(1, 2).reshape(n, heads * size)
+        return ctx
+
+    @staticmethod
+    def _first_token(layer: torch.nn.Module, x: torch.Tensor, spans: list[tuple[int, int]]) -> torch.Tensor:
+        att = layer.attention
+        sa = att.self
+        heads, size, width = sa.num_attention_heads, sa.attention_head_size, x.shape[-1]
+        first = x[[s for s, _ in spans]]  # [b, hidden]
+        q = sa.query(first).view(-1, heads, size)
+        u = torch.einsum("bhd,hdk->bhk", q, sa.key.weight.view(heads, size, width)) * sa.scaling  # [b, heads, hidden]
+        mixed = torch.empty_like(u)
+        for i, (s, e) in enumerate(spans):
+            p = torch.softmax(u[i] @ x[s:e].T, dim=-1)  # [heads, n]
+            mixed[i] = p @ x[s:e]
+        ctx = torch.einsum("bhk,hdk->bhd", mixed, sa.value.weight.view(heads, size, width)) + sa.value.bias.view(heads, size)
+        out = att.output(ctx.reshape(-1, heads * size), first)
+        return layer.feed_forward_chunk(out)
+
+    def logits(self, ids: torch.Tensor, types: torch.Tensor | None, lengths: list[int]) -> torch.Tensor:
+        """``[len(lengths)]`` logits of the sequences packed (one after another) in ``ids``."""
+        spans, at = [], 0
+        for n in lengths:
+            spans.append((at, at + n))
+            at += n
+        x = self._embed(ids, types, lengths)
+        for layer in self.layers[:-1]:
+            ctx = self._attention(layer.attention.self, x, spans)
+            x = layer.feed_forward_chunk(layer.attention.output(ctx, x))
+        cls = self._first_token(self.layers[-1], x, spans)
+        pooled = self.bert.pooler.activation(self.bert.pooler.dense(cls))
+        return self.model.classifier(pooled)[:, 0].float()

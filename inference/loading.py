@@ -69,6 +69,8 @@ class LoadOptions:
     base_model: str | None = None
     cpu_fast_path: bool = False
     first_token_layer: bool = True
+    unpadded: bool | None = None
+    quantize: str | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -322,6 +324,8 @@ def build_engine(export: Export, options: LoadOptions):
         model = load_full_model(export, options)
     else:
         model = load_adapter_model(export, options)
+    if options.quantize is not None:
+        model = quantize_model(model, options.quantize, options.device)
     tokenizer = load_tokenizer(export)
     label_ids = None
     if m.spec.head == "seq2seq":
@@ -329,9 +333,35 @@ def build_engine(export: Export, options: LoadOptions):
             label_ids = label_token_ids(tokenizer, m.spec.label_tokens)
         except ValueError as e:
             raise ExportError(f"{export.path}: {e}") from None
+    exact = options.quantize is None  # the exact shortcuts are checked against the model; int8 is not exact
     return ScoringEngine(model, tokenizer, m.spec, options.device, label_ids, options.autocast_dtype,
-                         options.batch_tokens, cpu_fast_path=options.cpu_fast_path,
-                         first_token_layer=options.first_token_layer)
+                         options.batch_tokens, cpu_fast_path=options.cpu_fast_path and exact,
+                         first_token_layer=options.first_token_layer and exact,
+                         unpadded=options.unpadded if exact else False)
+
+
+QUANTIZE = ("int8",)
+
+
+def check_quantize(how: str, device: torch.device) -> None:
+    if how not in QUANTIZE:
+        raise ValueError(f"unknown quantize {how!r}; use one of {', '.join(QUANTIZE)} or None")
+    if device.type != "cpu":
+        raise ValueError(f"quantize={how!r} is a CPU mode (device is {device}); use dtype='bf16' on accelerators")
+
+
+def quantize_model(model, how: str, device: torch.device):
+    """Dynamic int8 quantization of every ``nn.Linear`` (weights int8, activations quantized per
+    batch; CPU only). Not exact: scores move by about 1e-3, and a little with the batch they are in;
+    ``scripts/bench_scoring.py`` reports the difference and the AUC change."""
+    check_quantize(how, device)
+    import warnings
+
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch's deprecation notice of quantized tensors
+        return quantize_dynamic(model.eval(), {torch.nn.Linear}, dtype=torch.qint8)
 
 
 # --------------------------------------------------------------------------------------------
@@ -348,6 +378,8 @@ def load(
     base_model: str | None = None,
     cpu_fast_path: bool = False,
     first_token_layer: bool = True,
+    unpadded: bool | None = None,
+    quantize: str | None = None,
 ):
     """Load the export at ``path`` as the object for its task: an
     :class:`~inference.evaluator.Evaluator`, :class:`~inference.answer.AnswerClassifier` or
@@ -363,6 +395,10 @@ def load(
     measure it on your machine first, see :class:`~inference.engine.ScoringEngine`).
     ``first_token_layer``: for BERT-style cross-encoders, compute the last layer for the first
     position only, the one the classification head reads (checked the same way).
+    ``unpadded``: for BERT cross-encoders, run each batch's sequences packed without padding
+    (``None``: on the CPU; checked the same way; see :class:`~inference.kernels.UnpaddedBert`).
+    ``quantize``: ``"int8"`` for dynamic int8 linear layers on the CPU (opt-in, not exact: see
+    :func:`quantize_model`; the exact shortcuts are off with it).
     """
     if task is not None:
         task_spec(task)
@@ -372,7 +408,9 @@ def load(
                           f"({export.manifest_path.name}), not a{'n' if task[0] in 'aeiou' else ''} {task} export")
     dev = resolve_device(device)
     options = LoadOptions(dev, resolve_dtype(dtype, dev), trust_pickle, batch_tokens, base_model, cpu_fast_path,
-                          first_token_layer)
+                          first_token_layer, unpadded, quantize)
+    if quantize is not None:
+        check_quantize(quantize, dev)
     load_all_tasks()
     spec = TASKS[export.task]
     logger.info("loading %s export %s on %s%s", spec.name, export.path, dev,

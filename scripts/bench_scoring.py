@@ -8,11 +8,14 @@ weights, on the same device, in float32, in one process; the runs alternate (our
 theirs, ...) and the best of ``--repeats`` is kept for each, so background load hurts both alike.
 Reported: pairs/s of each and their ratio, the largest absolute difference between the raw
 probabilities (``sigmoid(z)``), the same for variants of our engine with one choice changed (the
-first-token last layer off, the old 8,192-token CPU budget, that budget with the opt-in oneDNN path
-on, and sorting plus that budget alone), our bfloat16-autocast figure separately
+first-token last layer off, padded batches instead of the unpadded BERT path, the old 8,192-token CPU
+budget, that budget with the opt-in oneDNN path on, and sorting plus that budget alone), the opt-in
+int8 dynamic quantization (speed, score difference against fp32 and the AUC change on the pairs'
+labels), our bfloat16-autocast figure separately
 (on the first ``--bf16-pairs`` pairs), and the latency of grading one query's top-5 and top-20
 chunks (median and p95 over ``--latency-queries`` queries), beside ``CrossEncoder.predict`` on the
-same chunks.
+same chunks, the callers alternating on every query (ours, padded, int8), best of
+``--latency-repeats`` calls per query.
 
 Before timing, the script waits (polling every 30 s, up to ``--wait`` seconds) for the 1-minute
 load average to fall below ``--max-load``; the load at start and end is recorded.
@@ -79,14 +82,28 @@ def timed(fn, repeats: int) -> tuple[float, object]:
     return best, out
 
 
-def latency(fn, groups: list[tuple[str, list]], k: int) -> dict[str, float]:
-    fn(*groups[0][:1], groups[0][1][:k])  # warm-up
-    times = []
+def latency(fns: dict, groups: list[tuple[str, list]], k: int, repeats: int = 3) -> dict[str, dict[str, float]]:
+    """Per-call latency of each ``fns[name](query, chunks)``, the callers alternating on every
+    query (so that a change of machine load hits them alike); per query the best of ``repeats``."""
+    for fn in fns.values():  # warm-up
+        fn(groups[0][0], groups[0][1][:k])
+    times: dict[str, list[float]] = {name: [] for name in fns}
     for q, chunks in groups:
-        t = time.perf_counter()
-        fn(q, chunks[:k])
-        times.append((time.perf_counter() - t) * 1000)
-    return {"median_ms": float(np.median(times)), "p95_ms": float(np.percentile(times, 95)), "queries": len(times)}
+        best = dict.fromkeys(fns, float("inf"))
+        for _ in range(repeats):
+            for name, fn in fns.items():
+                t = time.perf_counter()
+                fn(q, chunks[:k])
+                best[name] = min(best[name], (time.perf_counter() - t) * 1000)
+        for name in fns:
+            times[name].append(best[name])
+    out = {name: {"median_ms": float(np.median(v)), "p95_ms": float(np.percentile(v, 95)), "queries": len(v)}
+           for name, v in times.items()}
+    first = next(iter(fns))
+    for name in fns:
+        if name != first:
+            out[name]["ratio_to_" + first] = out[name]["median_ms"] / out[first]["median_ms"]
+    return out
 
 
 def latency_groups(pairs, n_queries: int, k: int, seed: int) -> list[tuple[str, list]]:
@@ -136,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-tokens", type=int, default=None, help="our padded-token budget (default per device)")
     ap.add_argument("--repeats", type=int, default=2, help="timed runs of each (best kept)")
     ap.add_argument("--latency-queries", type=int, default=30)
+    ap.add_argument("--latency-repeats", type=int, default=3, help="calls per query and caller (best kept)")
     ap.add_argument("--no-bf16", action="store_true", help="skip the bf16 run")
     ap.add_argument("--bf16-pairs", type=int, default=500, help="pairs for the bf16 run (the first N of the set)")
     ap.add_argument("--max-load", type=float, default=1.0, help="wait for the 1-minute load average to fall below this")
@@ -188,8 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     # the same engine with one choice changed at a time: what each is worth
     ablation = {}
     budget = ours.engine.batch_tokens
-    for name, opts, bt in (("plain", dict(first_token_layer=False), 8192),  # sorting + the old budget only
-                           ("without_first_token_layer", dict(first_token_layer=False), budget),
+    for name, opts, bt in (("plain", dict(first_token_layer=False, unpadded=False), 8192),  # sorting + the old budget only
+                           ("without_first_token_layer", dict(first_token_layer=False, unpadded=False), budget),
+                           ("padded_with_first_token_layer", dict(unpadded=False), budget),  # the default until 0.1.x
                            ("batch_tokens_8192", {}, 8192),
                            # the opt-in path engages on batches of >= 2,048 tokens: compare it at 8,192
                            ("batch_tokens_8192_with_onednn_fast_path", dict(cpu_fast_path=True), 8192)):
@@ -200,7 +219,25 @@ def main(argv: list[str] | None = None) -> int:
         ablation[name] = {"pairs_per_s": len(texts) / t, "ratio": t_st / t, "batch_tokens": bt, **opts,
                           "max_abs_diff": float(np.max(np.abs(raw - st_raw)))}
         del variant
+    # opt-in int8 dynamic quantization: not exact, so its score difference and AUC change are reported
+    from inference.metrics import roc_auc
+
+    labels = [p.label for p in pairs]
+    int8_figures = None
+    if args.device == "cpu":
+        q8 = inference.load(args.model, device=args.device, quantize="int8")
+        q8.score_raw(texts[:128])
+        t, q8_raw = timed(lambda: np.array(q8.score_raw(texts)), 1)
+        auc32, auc8 = roc_auc(ours_raw, labels), roc_auc(q8_raw, labels)
+        int8_figures = {"pairs_per_s": len(texts) / t, "ratio": t_st / t,
+                        "max_abs_diff_vs_fp32": float(np.max(np.abs(q8_raw - ours_raw))),
+                        "mean_abs_diff_vs_fp32": float(np.mean(np.abs(q8_raw - ours_raw))),
+                        "auc_fp32": auc32, "auc_int8": auc8, "auc_change": auc8 - auc32}
+        logger.info("int8: %.1f pairs/s, max |diff| vs fp32 %.2e, AUC %.4f -> %.4f", int8_figures["pairs_per_s"],
+                    int8_figures["max_abs_diff_vs_fp32"], auc32, auc8)
+        del q8
     result = {
+        "int8": int8_figures,
         "pairs": len(texts),
         "ours_pairs_per_s": len(texts) / t_ours,
         "st_pairs_per_s": len(texts) / t_st,
@@ -233,14 +270,23 @@ def main(argv: list[str] | None = None) -> int:
         del bf
 
     # --- latency of grading one query's chunks -----------------------------------------------
+    padded = inference.load(args.model, device=args.device, unpadded=False)
+    int8 = inference.load(args.model, device=args.device, quantize="int8") if args.device == "cpu" else None
     for k in (5, 20):
         groups = latency_groups(pairs, args.latency_queries, k, args.seed)
-        result[f"grade_top{k}"] = latency(ours.grade, groups, k)
-        result[f"st_predict_top{k}"] = latency(
-            lambda q, chunks: st.predict([(q, passage_text(c)) for c in chunks], batch_size=args.st_batch_size,
-                                         show_progress_bar=False), groups, k)
-        logger.info("grade top-%d: median %.1f ms, p95 %.1f ms", k, result[f"grade_top{k}"]["median_ms"],
-                    result[f"grade_top{k}"]["p95_ms"])
+        fns = {"st_predict": lambda q, chunks: st.predict([(q, passage_text(c)) for c in chunks],
+                                                          batch_size=args.st_batch_size, show_progress_bar=False),
+               "grade": ours.grade, "grade_padded": padded.grade}
+        if int8 is not None:
+            fns["grade_int8"] = int8.grade
+        lat = latency(fns, groups, k, args.latency_repeats)
+        result[f"grade_top{k}"] = lat["grade"]
+        result[f"st_predict_top{k}"] = lat["st_predict"]
+        result[f"latency_top{k}"] = lat
+        result[f"latency_ratio_top{k}"] = lat["st_predict"]["median_ms"] / lat["grade"]["median_ms"]
+        logger.info("grade top-%d: median %.1f ms (CrossEncoder.predict %.1f ms, ratio %.2f), p95 %.1f ms", k,
+                    lat["grade"]["median_ms"], lat["st_predict"]["median_ms"], result[f"latency_ratio_top{k}"],
+                    lat["grade"]["p95_ms"])
 
     import sentence_transformers
     import transformers

@@ -70,6 +70,12 @@ def ce(ce_export) -> Evaluator:
 
 
 @pytest.fixture(scope="module")
+def ce_padded(ce_export) -> Evaluator:
+    """The cross-encoder on padded batches (the CPU default is the unpadded BERT path)."""
+    return inference.load(ce_export, device="cpu", unpadded=False)
+
+
+@pytest.fixture(scope="module")
 def dev_pairs(data) -> list[LabelledPair]:
     return list(read_records(data["dev_pairs"], LabelledPair))
 
@@ -522,11 +528,12 @@ def test_cpu_fast_path_is_checked_and_falls_back(ce_export, ce, dev_pairs, monke
     np.testing.assert_allclose(wrong.score_raw(pairs), plain.score_raw(pairs), atol=1e-7)
 
 
-def test_first_token_last_layer_scores_as_the_full_model(ce_export, ce, dev_pairs, monkeypatch):
+def test_first_token_last_layer_scores_as_the_full_model(ce_export, ce_padded, dev_pairs, monkeypatch):
     from inference import engine as eng
 
+    ce = ce_padded
     layers = eng.encoder_layers(ce.engine.model)
-    assert ce.engine.first_token_layer and isinstance(layers[-1], eng.FirstTokenLayer)
+    assert ce.engine.first_token_layer and isinstance(layers[-1], eng.FirstTokenLayer) and ce.engine.unpadded is None
     full = inference.load(ce_export, device="cpu", first_token_layer=False, cpu_fast_path=False)
     assert not full.engine.first_token_layer
     assert not any(isinstance(m, eng.FirstTokenLayer) for m in full.engine.model.modules())
@@ -538,20 +545,20 @@ def test_first_token_last_layer_scores_as_the_full_model(ce_export, ce, dev_pair
     # a first-token layer that computes something else is caught on the probe and undone
     orig = eng.FirstTokenLayer.forward
     monkeypatch.setattr(eng.FirstTokenLayer, "forward", lambda self, h, *a, **k: orig(self, h, *a, **k) * 1.01)
-    wrong = inference.load(ce_export, device="cpu", cpu_fast_path=False)
+    wrong = inference.load(ce_export, device="cpu", cpu_fast_path=False, unpadded=False)
     assert not wrong.engine.first_token_layer
     assert not isinstance(eng.encoder_layers(wrong.engine.model)[-1], eng.FirstTokenLayer)
     np.testing.assert_allclose(wrong.score_raw(pairs), full.score_raw(pairs), atol=1e-7)
 
 
 @pytest.mark.parametrize("mask_kind", ["none", "bool", "additive"])
-def test_first_token_layer_equals_the_full_layer_first_row(ce, mask_kind, monkeypatch):
+def test_first_token_layer_equals_the_full_layer_first_row(ce_padded, mask_kind, monkeypatch):
     """Both ways of FirstTokenLayer (float32: keys and values folded into the first query; else: the
     model's attention function on projected keys and values) give the full layer's first row, with
     each mask form a BERT layer may receive."""
     from inference import engine as eng
 
-    ftl = eng.encoder_layers(ce.engine.model)[-1]
+    ftl = eng.encoder_layers(ce_padded.engine.model)[-1]
     full = ftl.layer
     g = torch.Generator().manual_seed(0)
     h = torch.randn(3, 9, full.attention.self.query.in_features, generator=g)
@@ -569,6 +576,48 @@ def test_first_token_layer_equals_the_full_layer_first_row(ce, mask_kind, monkey
     assert folded.shape == projected.shape == want.shape
     torch.testing.assert_close(folded, want, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(projected, want, atol=1e-5, rtol=1e-5)
+
+
+def test_pair_template_encodes_as_the_tokenizer_pairs(ce_export, dev_pairs):
+    """Queries and passages tokenised once each and joined by the template give the tokenizer's own
+    pair encoding, truncation included (the passage is cut, never the query)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(ce_export)
+    spec = ModelSpec("cross-encoder", max_length=64, max_query_length=12)
+    fast = PairEncoder(tok, spec)
+    assert fast.template is not None and fast.template["prefix"] == [tok.cls_token_id]
+    joint = PairEncoder(tok, spec)
+    joint.template = None
+    q = [p.query for p in dev_pairs[:50]] + ["a very long question " * 10]
+    t = [passage_text(p.passage) for p in dev_pairs[:50]] + ["short"]
+    a, sa = fast.encode(q, t)
+    b, sb = joint.encode(q, t)
+    assert a == b and sa == sb and sa.passages_truncated > 10 and sa.queries_truncated == 1
+    assert max(len(x) for x in a["input_ids"]) == 64
+
+
+def test_unpadded_bert_scores_as_the_padded_model(ce_export, ce, ce_padded, dev_pairs, monkeypatch):
+    """The CPU default for BERT cross-encoders: packed sequences, no padding; checked on a probe."""
+    from inference import kernels
+
+    assert isinstance(ce.engine.unpadded, kernels.UnpaddedBert) and ce.engine.first_token_layer
+    assert not any(isinstance(m, kernels.FirstTokenLayer) for m in ce.engine.model.modules())
+    full = inference.load(ce_export, device="cpu", first_token_layer=False, unpadded=False)
+    pairs = [(p.query, p.passage) for p in dev_pairs[:40]]  # unequal lengths
+    np.testing.assert_allclose(ce.score_raw(pairs), full.score_raw(pairs), atol=1e-6)
+    np.testing.assert_allclose(ce.score_raw(pairs), ce_padded.score_raw(pairs), atol=1e-6)
+    for pair in pairs[:3]:
+        np.testing.assert_allclose(ce.score_raw([pair]), full.score_raw([pair]), atol=1e-6)
+    # small budgets: many batches of packed sequences
+    tight = inference.load(ce_export, device="cpu", batch_tokens=96)
+    np.testing.assert_allclose(tight.score_raw(pairs), full.score_raw(pairs), atol=1e-6)
+    # an unpadded path that computes something else is caught on the probe and left off
+    orig = kernels.UnpaddedBert.logits
+    monkeypatch.setattr(kernels.UnpaddedBert, "logits", lambda self, *a: orig(self, *a) + 0.01)
+    wrong = inference.load(ce_export, device="cpu")
+    assert wrong.engine.unpadded is None and wrong.engine.first_token_layer  # the padded shortcut instead
+    np.testing.assert_allclose(wrong.score_raw(pairs), full.score_raw(pairs), atol=1e-6)
 
 
 def test_first_token_layer_left_out_where_the_head_reads_every_position(t5_export):

@@ -411,3 +411,68 @@ def test_serving_imports_no_training_code(answer_run, extractor_run, tmp_path, s
         assert imported == []
     else:
         assert set(imported) <= {"accelerate"}, imported
+
+
+# --------------------------------------------------------------------------------------------
+# labelling: distillation and bad input
+
+
+def test_distilled_sentence_labels_train_an_extractor(extractor_run, tiny_bert, squad_dataset, tmp_path):
+    """Sentence labels from an export's calibrated scores (soft), then an extractor trained on them."""
+    from training.distill import main as distill_main
+
+    src = squad_dataset / "extractor" / "train.pairs.jsonl"
+    out = tmp_path / "distilled" / "train.pairs.jsonl"
+    assert distill_main(["--teacher", str(extractor_run.export_dir), "--input", str(src), "--output", str(out),
+                         "--mix", "max"]) == 0
+    teacher = inference.load(extractor_run.export_dir, device="cpu")
+    orig = list(read_records(src, LabelledPair))
+    got = list(read_records(out, LabelledPair))
+    want = teacher.score([(p.query, p.passage) for p in orig])
+    assert len(got) == len(orig) and all(g.label_source == "distilled" for g in got)
+    for o, g, w in zip(orig, got, want):
+        assert g.label == pytest.approx(1.0 if o.label >= 0.5 else w) and g.metadata["original_label"] == o.label
+    assert got[0].metadata["teacher"]["files_sha256"] == teacher.manifest.model.files_sha256
+    assert distill_main(["--teacher", str(extractor_run.export_dir), "--input", str(src), "--output", str(out)]) == 2
+    res = train_model(_cfg(ExtractorConfig, tiny_bert, squad_dataset, tmp_path / "student", max_length=64,
+                           train_file=str(out), dev_file=str(squad_dataset / "extractor" / "dev.pairs.jsonl"),
+                           loss="soft-bce", max_steps=4, eval_steps=0, save_steps=4))
+    assert (res.export_dir / "extractor.json").exists()
+
+
+def test_empty_answers_are_ignored_and_counted():
+    from data_prep.records import QueryExample
+    from data_prep.tasks.answer import answer_pairs
+    from data_prep.tasks.extractor import extractor_pairs
+
+    pos = Passage("p", "The first prize went to Röntgen in 1901. Paris is in France.", "Nobel")
+    neg = Passage("n", "Something else entirely.")
+    ex = QueryExample("q", "who got the first prize", [pos], [neg], ["", "  ", "Röntgen"])
+    pairs, skips = answer_pairs(ex)
+    assert skips == {"empty-answers": 2} and [p.label for p in pairs] == [1.0, 0.0]
+    sents, skips = extractor_pairs(ex)
+    assert skips == {"empty-answers": 2} and [p.label for p in sents] == [1.0, 0.0]
+    # only empty answers: a question with no answers is reported, never labelled negative
+    none = QueryExample("q2", "who", [pos], [neg], [""])
+    pairs, skips = answer_pairs(none)
+    assert pairs == [] and skips == {"empty-answers": 1, "no-answers": 1}
+    sents, skips = extractor_pairs(none)
+    assert sents == [] and skips == {"empty-answers": 1, "no-answers-or-rationales": 1}
+
+
+def test_bad_answer_spans_and_hits_are_reported_with_file_and_line(tmp_path):
+    from data_prep.build import BuildConfig, build
+    from data_prep.io import DataError
+
+    good = {"id": "q1", "query": "who", "answers": ["Röntgen"],
+            "positives": [{"id": "p", "text": "Röntgen won.", "metadata": {"answer_spans": [[0, 7]]}}]}
+    bad_span = {**good, "id": "q2", "positives": [{"id": "p2", "text": "Short.", "metadata": {"answer_spans": [[3, 99]]}}]}
+    bad_hits = {**good, "id": "q3", "metadata": {"answer_hits": [{"id": "h", "text": ""}]}}
+    f = tmp_path / "in.jsonl"
+    f.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in (good, bad_span, bad_hits)), encoding="utf-8")
+    with pytest.raises(DataError, match=r"in.jsonl:2: passage 'p2': metadata 'answer_spans' must be \[start, end\] "
+                                        r"character offsets within the text \(6 characters\)"):
+        build(BuildConfig(input=str(f), output=str(tmp_path / "out")))
+    meta = build(BuildConfig(input=str(f), output=str(tmp_path / "out2"), skip_bad=True))
+    assert meta["rejects"]["total"] == 2 and meta["records_read"] == 3
+    assert (tmp_path / "out2" / "rejects" / "in.jsonl.rejected").read_text().splitlines()[1].startswith('{"id": "q3"')
