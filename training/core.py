@@ -43,6 +43,25 @@ class TrainResult:
     model: Any = None  # the trained model in memory (PeftModel under LoRA)
 
 
+def choose_backbone(names: str | list[str]) -> str:
+    """The backbone of a config: a name, or the first of a list that exists here (a local folder or
+    an installed packaged model), else the list's last entry."""
+    if isinstance(names, str):
+        return names
+    for name in names:
+        try:
+            if Path(resolve_model_path(name)).exists():
+                if name != names[0]:
+                    logger.info("backbone: %s (not found: %s)", name, ", ".join(names[: names.index(name)]))
+                else:
+                    logger.info("backbone: %s", name)
+                return name
+        except FileNotFoundError:
+            continue
+    logger.info("backbone: %s (none of %s found locally)", names[-1], ", ".join(names[:-1]))
+    return names[-1]
+
+
 def build_spec(cfg: TrainConfig, model_path: str) -> ModelSpec:
     head = infer_head(model_path) if cfg.head == "auto" else cfg.head
     return ModelSpec(head=head, max_length=cfg.max_length, max_query_length=cfg.max_query_length,
@@ -78,7 +97,8 @@ def train_model(cfg: TrainConfig) -> TrainResult:
 
     state = PartialState()
     check_launch(state)
-    model_path = resolve_model_path(cfg.model_name_or_path)
+    backbone = choose_backbone(cfg.model_name_or_path)
+    model_path = resolve_model_path(backbone)
     spec = build_spec(cfg, model_path)
     set_seed(cfg.seed)
 
@@ -111,7 +131,13 @@ def train_model(cfg: TrainConfig) -> TrainResult:
                 dev_file, len(calib_ds))
 
     # --- model -----------------------------------------------------------------------------
-    model = load_backbone(model_path, spec.head, **attention_dropout_kwargs(model_path, cfg.attention_dropout))
+    model, info = load_backbone(model_path, spec.head, output_loading_info=True,
+                                **attention_dropout_kwargs(model_path, cfg.attention_dropout))
+    fresh_head = any(k.split(".")[0] in ("classifier", "score", "classification_head", "lm_head")
+                     for k in info.get("missing_keys") or [])
+    head_lr = cfg.head_learning_rate if fresh_head or spec.head == "seq2seq" else None
+    if cfg.head_learning_rate and head_lr is None:
+        logger.info("the scoring head comes trained with %s: head_learning_rate is not applied", backbone)
     if tokenizer.pad_token_id is None:
         raise DataProblem(f"tokenizer of {model_path} has no pad token")
     if cfg.use_lora:
@@ -122,7 +148,7 @@ def train_model(cfg: TrainConfig) -> TrainResult:
     trainer = PairTrainer(
         model=model, args=args, train_dataset=train_ds, eval_dataset=dev_ds, data_collator=Collator(tokenizer.pad_token_id),
         processing_class=tokenizer, compute_metrics=make_compute_metrics(dev_ds.group_ids), head=spec.head,
-        loss_name=cfg.loss, label_ids=label_ids, pos_weight=cfg.pos_weight, head_learning_rate=cfg.head_learning_rate,
+        loss_name=cfg.loss, label_ids=label_ids, pos_weight=cfg.pos_weight, head_learning_rate=head_lr,
         group_by_length=cfg.group_by_length,
     )
     resume = cfg.resume_from_checkpoint
@@ -154,7 +180,7 @@ def train_model(cfg: TrainConfig) -> TrainResult:
 
     manifest = Manifest(
         task=cfg.TASK,
-        model=ModelInfo(backbone=cfg.model_name_or_path, head=spec.head),
+        model=ModelInfo(backbone=backbone, head=spec.head),
         spec=spec,
         calibration=calib,
         thresholds=decision,

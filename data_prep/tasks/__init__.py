@@ -23,7 +23,7 @@ MSMARCO_NO_ANSWER = "No Answer Present."
 HF_MSMARCO = "hf-msmarco"
 
 #: build folder -> the kinds of file it writes, each as ``{split}.{kind}.jsonl``
-TASK_FILES = {"evaluator": ("pairs", "groups"), "answer": ("pairs",), "extractor": ("pairs",)}
+TASK_FILES = {"evaluator": ("pairs", "groups"), "answer": ("pairs", "groups"), "extractor": ("pairs",)}
 TASKS = tuple(TASK_FILES)
 
 

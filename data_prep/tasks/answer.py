@@ -14,6 +14,11 @@ the example's positives, the top BM25 hits that mining kept for this task
 
 A query without answers is skipped and counted (``no-answers``), never labelled negative by
 accident; empty answer strings are ignored and counted (``empty-answers``).
+
+Groups (for ``group-ce``): one per answer-bearing passage, with ``group_size - 1`` passages of the
+same question that do not hold the answer (:func:`answer_groups_example` turns a question's pairs
+into the example the evaluator's group builder samples from): "which of these on-topic passages
+holds the answer" is the contrast the classifier has to learn.
 """
 
 from __future__ import annotations
@@ -71,3 +76,17 @@ def answer_pairs(example: QueryExample) -> tuple[list[LabelledPair], Counter[str
         out.append(LabelledPair(query_id=example.id, query=example.query, passage=p, label=label, label_source=source,
                                 metadata={"role": role, "source": example.source}))
     return out, skips
+
+
+def answer_groups_example(pairs: list[LabelledPair]) -> QueryExample:
+    """One question's answer pairs as a :class:`QueryExample`: label >= 0.5 positives, the rest
+    negatives (each passage keeps its pair's label source)."""
+    first = pairs[0]
+
+    def tagged(p: LabelledPair) -> Passage:
+        return Passage(p.passage.id, p.passage.text, p.passage.title, {**p.passage.metadata, "label_source": p.label_source})
+
+    return QueryExample(id=first.query_id, query=first.query,
+                        positives=[tagged(p) for p in pairs if p.label >= 0.5],
+                        negatives=[tagged(p) for p in pairs if p.label < 0.5],
+                        source=str(first.metadata.get("source") or ""))
