@@ -36,11 +36,12 @@ LAUNCH := $(VENV)/bin/accelerate launch --num_processes 1 --num_machines 1 --mix
 quickstart: $(STAMP)
 	$(LAUNCH) training/train_evaluator.py
 
-## The two other models on the bundled SQuAD sample: the answer-existence classifier
-## (outputs/answer-classifier-quickstart/) and the key-sentence extractor (outputs/extractor-quickstart/).
+## The two other models on the bundled SQuAD sample: the key-sentence extractor
+## (outputs/extractor-quickstart/), then the answer-existence classifier, warm-started from it
+## (outputs/answer-classifier-quickstart/).
 quickstart-models: $(STAMP)
-	$(LAUNCH) training/train_answer_classifier.py
 	$(LAUNCH) training/train_extractor.py
+	$(LAUNCH) training/train_answer_classifier.py
 
 test: $(STAMP)
 	$(PY) -m pytest -q

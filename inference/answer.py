@@ -14,8 +14,7 @@ from typing import Any, Sequence
 from data_prep.records import Passage
 
 from .decisions import Threshold, check_unit
-from .manifest import ExportError
-from .scorer import PairScorer
+from .scorer import PairScorer, scorer_loader
 from .tasks import register_loader
 
 
@@ -62,12 +61,4 @@ class AnswerClassifier(PairScorer):
                 for i, (s, p) in enumerate(zip(probs, passages))]
 
 
-@register_loader("answer_classifier")
-def load_answer_classifier(export, options) -> AnswerClassifier:
-    from .loading import build_engine
-
-    engine = build_engine(export, options)
-    try:
-        return AnswerClassifier(engine, export.manifest, str(export.path))
-    except ValueError as e:
-        raise ExportError(f"{export.manifest_path}: {e}") from None
+load_answer_classifier = register_loader("answer_classifier")(scorer_loader(AnswerClassifier))

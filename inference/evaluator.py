@@ -12,8 +12,7 @@ from typing import Any, Sequence
 from data_prep.records import Passage
 
 from .decisions import Thresholds, action_of, check_thresholds, query_action
-from .manifest import ExportError
-from .scorer import PairScorer
+from .scorer import PairScorer, scorer_loader
 from .tasks import register_loader
 
 
@@ -108,13 +107,4 @@ class Evaluator(PairScorer):
         return Grade(query, query_action([g.action for g in graded]), graded, hi, lo, stats.passages_truncated)
 
 
-@register_loader("evaluator")
-def load_evaluator(export, options) -> Evaluator:
-    """Build an :class:`Evaluator` from an ``evaluator.json`` export."""
-    from .loading import build_engine
-
-    engine = build_engine(export, options)
-    try:
-        return Evaluator(engine, export.manifest, str(export.path))
-    except ValueError as e:
-        raise ExportError(f"{export.manifest_path}: {e}") from None
+load_evaluator = register_loader("evaluator")(scorer_loader(Evaluator))

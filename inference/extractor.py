@@ -20,8 +20,7 @@ from data_prep.records import Passage
 from data_prep.text import Sentence, sentence_spans
 
 from .decisions import SentenceSelection, check_unit
-from .manifest import ExportError
-from .scorer import PairScorer
+from .scorer import PairScorer, scorer_loader
 from .tasks import register_loader
 
 DEFAULT_SENTENCE_MAX_CHARS = 600
@@ -114,12 +113,4 @@ class Extractor(PairScorer):
         return self.extract_many([(query, passage)], top_k, min_score)[0]
 
 
-@register_loader("extractor")
-def load_extractor(export, options) -> Extractor:
-    from .loading import build_engine
-
-    engine = build_engine(export, options)
-    try:
-        return Extractor(engine, export.manifest, str(export.path))
-    except ValueError as e:
-        raise ExportError(f"{export.manifest_path}: {e}") from None
+load_extractor = register_loader("extractor")(scorer_loader(Extractor))

@@ -20,7 +20,7 @@ from data_prep.records import Passage
 from .calibration import Calibration, sigmoid
 from .engine import ScoringEngine
 from .inputs import EncodeStats, passage_text
-from .manifest import Manifest
+from .manifest import ExportError, Manifest
 from .modeling import ModelSpec
 
 Pair = tuple[str, "str | Passage"]
@@ -111,3 +111,19 @@ class PairScorer:
     def score_raw(self, pairs: Iterable[Pair], progress: bool = False) -> list[float]:
         """Uncalibrated ``sigmoid(z)``, one per pair, in input order."""
         return sigmoid(self.logits(pairs, progress)).tolist()
+
+
+def scorer_loader(cls: type[PairScorer]):
+    """The loader a task registers: the export's engine wrapped in the task's class."""
+
+    def load(export, options) -> PairScorer:
+        from .loading import build_engine
+
+        engine = build_engine(export, options)
+        try:
+            return cls(engine, export.manifest, str(export.path))
+        except ValueError as e:
+            raise ExportError(f"{export.manifest_path}: {e}") from None
+
+    load.__doc__ = f"Build a :class:`{cls.__name__}` from an export."
+    return load

@@ -208,6 +208,12 @@ def test_answer_classifier_cli(answer_run, nq_dataset, tmp_path, capsys):
                            model.threshold, None, [p.query_id for p in pairs], actions=False)
     for k in ("n", "auc", "accuracy", "f1", "ece"):
         assert m[k] == pytest.approx(want[k], abs=1e-6), k
+    # any pair format, the official CRAG evaluator file included
+    crag = ROOT / "tests" / "fixtures" / "crag" / "crag_evaluator.sample.txt"
+    assert cli_main(["evaluate", "--model", str(answer_run.export_dir), "--data", str(crag), "--output-json",
+                     str(tmp_path / "crag.json"), "--no-progress"]) == 0
+    mc = json.loads((tmp_path / "crag.json").read_text())
+    assert mc["format"] == "crag-evaluator" and mc["task"] == "answer_classifier" and mc["n"] > 0
     scores = tmp_path / "s.jsonl"
     assert cli_main(["score", "--model", str(answer_run.export_dir), "--input", str(data), "--output", str(scores),
                      "--device", "cpu", "--no-progress", "--threshold", "0.5"]) == 0
