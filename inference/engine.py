@@ -255,7 +255,8 @@ class ScoringEngine:
         bar = tqdm(total=n, desc=desc, unit=" pairs", disable=None, mininterval=1.0) if progress else None
         try:
             for s in range(0, n, self.chunk_pairs):
-                stats.add(self._score_chunk(queries[s : s + self.chunk_pairs], passages[s : s + self.chunk_pairs], out, bar))
+                e = s + self.chunk_pairs  # each chunk writes its own slice of ``out`` (positions within the chunk)
+                stats.add(self._score_chunk(queries[s:e], passages[s:e], out[s:e], bar))
         finally:
             if bar is not None:
                 bar.close()

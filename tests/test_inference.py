@@ -311,6 +311,17 @@ def test_input_order_survives_length_sorting_and_batching(ce_export, dev_pairs):
     assert lengths[batches[0]].max() == 96
 
 
+def test_more_pairs_than_one_chunk_keep_their_order(ce_export, dev_pairs):
+    """One call with more pairs than a tokenising chunk: every chunk writes its own positions (a
+    regression: later chunks once overwrote the first chunk's scores and left the rest unset)."""
+    pairs = [(p.query, p.passage) for p in dev_pairs[:23]]
+    whole = inference.load(ce_export, device="cpu")
+    chunked = inference.load(ce_export, device="cpu")
+    chunked.engine.chunk_pairs = 5
+    np.testing.assert_allclose(chunked.score_raw(pairs), whole.score_raw(pairs), atol=1e-6)
+    assert chunked.engine.stats.pairs == 23
+
+
 def test_default_budget_holds_the_longest_pair(ce_export, monkeypatch):
     """The per-device default budget grows to the model's max length; an explicit smaller one is refused."""
     from inference import engine as eng
