@@ -31,7 +31,7 @@ from typing import IO, Any, Iterable, Iterator
 
 from tqdm import tqdm
 
-from .io import DataError, Rejects, atomic_write, iter_json_lines, iter_lines, require_path, write_json
+from .io import DataError, Rejects, atomic_write, iter_json_lines, no_records_error, require_nonempty, require_path, write_json
 from .records import LABEL_SOURCES, SCHEMA_VERSION, LabelledPair, Passage, QueryExample, RecordError
 from .stats import DatasetStats, format_report
 from .tasks import TASK_FILES, TASKS, label_source, seeded_rng
@@ -137,12 +137,6 @@ def detect_input_type(path: Path) -> str:
     for _, obj, _ in iter_json_lines(path, peek):
         return "pair" if "query_id" in obj and "passage" in obj else "query"
     return "query"
-
-
-def _require_nonempty(path: Path) -> None:
-    for _ in iter_lines(path, Rejects(skip_bad=True)):
-        return
-    raise DataError(path, None, "empty input file: no records", kind="empty-file")
 
 
 def file_sha256(path: Path) -> str:
@@ -337,7 +331,7 @@ class _Builder:
 def build(cfg: BuildConfig) -> dict[str, Any]:
     """Build the task datasets described by ``cfg``; returns the content of ``meta.json``."""
     path = require_path(cfg.input, "input file", is_dir=False)
-    _require_nonempty(path)
+    require_nonempty(path)  # empty-file error (also for a .gz that decompresses to nothing)
     input_type = detect_input_type(path) if cfg.input_type == "auto" else cfg.input_type
     tasks = cfg.tasks or (TASKS if input_type == "query" else ("evaluator",))
     if input_type == "pair" and "extractor" in tasks:
@@ -346,8 +340,25 @@ def build(cfg: BuildConfig) -> dict[str, Any]:
         )
     out = Path(cfg.output)
     _clean_output(out, cfg.overwrite)
+    existed = out.exists()
     logger.info("building %s from %s (%s records) into %s", ",".join(tasks), path, input_type, out)
+    try:
+        return _build(cfg, path, input_type, tasks, out)
+    except BaseException:
+        _remove_empty_folders(out, tasks, existed)  # left by the atomic writes; rejects/ stays
+        raise
 
+
+def _remove_empty_folders(out: Path, tasks: Iterable[str], keep_out: bool) -> None:
+    for task in tasks:
+        with contextlib.suppress(OSError):
+            (out / task).rmdir()  # only when empty
+    if not keep_out:
+        with contextlib.suppress(OSError):
+            out.rmdir()
+
+
+def _build(cfg: BuildConfig, path: Path, input_type: str, tasks: tuple[str, ...], out: Path) -> dict[str, Any]:
     tally = _Tally()
     with Rejects(skip_bad=cfg.skip_bad, out_dir=out / REJECTS_DIR) as rejects, contextlib.ExitStack() as stack:
         sinks = _Sinks(out, tasks, stack)
@@ -357,6 +368,9 @@ def build(cfg: BuildConfig) -> dict[str, Any]:
         if input_type == "query":
             for n, raw, ex in tqdm(rows, desc="build", unit="query", disable=None):
                 tally.records_read += 1
+                if not ex.positives and not ex.negatives and not ex.metadata.get("answer_hits"):
+                    tally.skip("input", "no-passages", ex.id)  # nothing in it for any task: counted, not emitted
+                    continue
                 outputs = builder.guarded(n, raw, rejects, builder.example_outputs, ex)
                 if outputs is not None:
                     builder.emit(ex.id, outputs)
@@ -366,10 +380,15 @@ def build(cfg: BuildConfig) -> dict[str, Any]:
                 outputs = builder.guarded(run[0][0], run[0][1], rejects, builder.run_outputs, [r[2] for r in run])
                 if outputs is not None:
                     builder.emit(run[0][2].query_id, outputs)
-        if tally.records_read == 0:
-            raise DataError(path, None, f"no valid records ({rejects.total} rejected, see {out / REJECTS_DIR})", "empty-file")
+        if tally.records_read == 0:  # raised inside the atomic writes: no task file is left
+            raise no_records_error(path, rejects)
         stats = sinks.nested_stats()
         file_counts = {sinks.relpath(k): acc.records for k, acc in sinks.stats.items()}
+        if not any(file_counts.values()):
+            skipped = "; ".join(f"{t}: " + ", ".join(f"{r} {n}" for r, n in sorted(c.items()))
+                                for t, c in sorted(tally.skipped.items()))
+            raise no_records_error(path, rejects, "task records to write",
+                                   f"{tally.records_read} records read, none gave {'/'.join(tasks)} data; skipped: {skipped or 'none'}")
     meta = _meta(cfg, path, input_type, tasks, tally, rejects, stats, file_counts)
     _log_summary(tally, cfg)
     write_json(out / "stats.json", stats)

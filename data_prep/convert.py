@@ -9,6 +9,12 @@ FlagEmbedding reranker data, ``--to pairs`` :class:`~data_prep.records.LabelledP
 written atomically, with ``<output>.meta.json`` (parameters and counts) beside it; an existing
 output is refused unless ``--overwrite``. With ``--skip-bad`` bad rows go, unchanged, to
 ``<output>.rejects/`` and their counts are printed.
+
+Examples without a positive (legitimate in some formats: SQuAD v2 unanswerable questions, MS MARCO
+queries with nothing selected) are counted in ``meta.json`` (``examples``, with the first ids) and
+printed; ``--to flagembedding`` leaves out examples without a positive or a negative and counts
+them under ``skipped``. A run that would write nothing - an input whose every row was rejected, or
+none of whose examples can be written - is an error (exit code 2) and leaves no output behind.
 """
 
 from __future__ import annotations
@@ -18,15 +24,17 @@ import inspect
 import logging
 import shutil
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Iterator, TypeVar
 
 from tqdm import tqdm
 
-from .io import Rejects, write_json, write_jsonl
+from .io import Rejects, no_records_error, require_records, write_json, write_jsonl
 from .readers import FORMATS, load_all, open_source
 from .readers.common import PAIR_READERS, open_pairs
 from .readers.flagembedding import write_flagembedding
+from .records import QueryExample
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +73,52 @@ def _progress(items: Iterable[T], desc: str) -> Iterator[T]:
     yield from tqdm(items, desc=desc, unit=" rec", disable=None, mininterval=2.0)
 
 
+class _ExampleTally:
+    """Counts, as they stream by, the examples without positives or negatives (with the first
+    ids), and the ones the target cannot hold; raises :func:`no_records_error` at the end when not
+    one example can be written (inside the output's atomic write, so nothing is left behind)."""
+
+    FIRST = 5
+
+    def __init__(self, target: str):
+        self.target = target
+        self.read = 0
+        self.without: dict[str, int] = {"positives": 0, "negatives": 0}
+        self.first: dict[str, list[str]] = {"positives": [], "negatives": []}
+        self.skipped: Counter[str] = Counter()
+
+    def _note(self, what: str, qid: str) -> None:
+        self.without[what] += 1
+        if len(self.first[what]) < self.FIRST:
+            self.first[what].append(qid)
+
+    def watch(self, examples: Iterable[QueryExample], path: Any, rejects: Rejects | None) -> Iterator[QueryExample]:
+        for ex in examples:
+            self.read += 1
+            if not ex.positives:
+                self._note("positives", ex.id)
+            if not ex.negatives:
+                self._note("negatives", ex.id)
+            if self.target == "flagembedding" and not (ex.positives and ex.negatives):
+                self.skipped["no-positives" if not ex.positives else "no-negatives"] += 1
+            yield ex
+        if self.read == sum(self.skipped.values()):  # nothing to write
+            detail = ""
+            if self.read:
+                why = ", ".join(f"{k}: {v}" for k, v in sorted(self.skipped.items()))
+                detail = f"{self.read} examples read, none has both a positive and a negative passage ({why})"
+            raise no_records_error(path, rejects, "records to write", detail)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "read": self.read,
+            "without_positives": self.without["positives"],
+            "without_negatives": self.without["negatives"],
+            "first_without_positives": self.first["positives"],
+            "first_without_negatives": self.first["negatives"],
+        }
+
+
 def convert(args: argparse.Namespace) -> dict[str, Any]:
     """Run one conversion; returns the counts written to ``<output>.meta.json``."""
     load_all()
@@ -82,13 +136,15 @@ def convert(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(rejects_dir)
         rejects = Rejects(skip_bad=True, out_dir=rejects_dir)
     kwargs = reader_kwargs(args, rejects)
+    tally = _ExampleTally(args.to)
     t0 = time.time()
     try:
         if args.to == "pairs":
-            n = write_jsonl(out, _progress(open_pairs(args.format, **kwargs), "pairs"))
+            pairs = require_records(open_pairs(args.format, **kwargs), args.input, rejects, "pairs to write")
+            n = write_jsonl(out, _progress(pairs, "pairs"))
         else:
             src = open_source(args.format, **kwargs)
-            examples = _progress(src.queries(), "queries")
+            examples = _progress(tally.watch(src.queries(), args.input, rejects), "queries")
             if args.to == "queries":
                 n = write_jsonl(out, examples)
             else:
@@ -103,6 +159,8 @@ def convert(args: argparse.Namespace) -> dict[str, Any]:
         "to": args.to,
         "output": str(out),
         "written": n,
+        "examples": tally.summary() if args.to != "pairs" else None,
+        "skipped": dict(sorted(tally.skipped.items())),
         "rejected": rejects.summary() if rejects is not None else {"total": 0, "by_reason": {}},
         "rejects_dir": str(rejects_dir) if rejects is not None and rejects.total else None,
         "seconds": round(time.time() - t0, 3),
@@ -115,6 +173,13 @@ def convert(args: argparse.Namespace) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     summary = convert(args)
     print(f"wrote {summary['written']} {args.to} records to {summary['output']}")
+    ex = summary["examples"]
+    if ex and ex["without_positives"]:
+        print(f"note: {ex['without_positives']} of {ex['read']} examples have no positive passage "
+              f"(e.g. {', '.join(ex['first_without_positives'])}); build gives them no evaluator pairs")
+    if summary["skipped"]:
+        why = ", ".join(f"{k}: {v}" for k, v in summary["skipped"].items())
+        print(f"skipped {sum(summary['skipped'].values())} examples FlagEmbedding cannot hold ({why})")
     if args.skip_bad:
         rej = summary["rejected"]
         reasons = ", ".join(f"{k}: {v}" for k, v in rej["by_reason"].items()) or "none"

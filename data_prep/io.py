@@ -5,7 +5,13 @@
   ``skip_bad=True`` a bad row is counted per reason and written *unchanged* to
   ``<rejects_dir>/<input name>.rejected`` with an index ``rejects.jsonl`` of file, line and reason.
 * :func:`iter_lines` - streams a (optionally gzipped) text file line by line with line numbers,
-  reporting non-UTF-8 bytes instead of crashing or silently replacing them.
+  reporting non-UTF-8 bytes instead of crashing or silently replacing them. An input without a
+  single non-blank line is an error (:func:`empty_file_error`), and so is a ``.gz`` that is
+  truncated or corrupt (:func:`open_binary`), even with ``skip_bad``: the rest of the file is
+  unreadable, so what was read is not the dataset.
+* :func:`require_records` - the command-level guard: a stream that yields nothing at all is an
+  error saying why (every row rejected, or no records), raised inside the output's
+  :func:`atomic_write` so that no empty output is left looking like a successful run.
 * :func:`atomic_write` - every output goes to a temporary file first and is renamed into place
   only when complete, so a killed run never leaves a half file that looks whole.
 """
@@ -18,6 +24,7 @@ import io
 import json
 import os
 import tempfile
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, TypeVar
@@ -119,12 +126,106 @@ class Rejects:
 STRICT = Rejects()
 
 
+def empty_file_error(path: str | os.PathLike, detail: str = "") -> DataError:
+    """The one error for an input without any record (0 bytes, only blank lines, a ``.gz`` that
+    decompresses to nothing): ``file: empty input file: no records[ (detail)]``, kind ``empty-file``."""
+    return DataError(path, None, "empty input file: no records" + (f" ({detail})" if detail else ""), "empty-file")
+
+
+def require_nonempty(path: str | os.PathLike) -> Path:
+    """``Path(path)`` when the file has at least one non-blank line, else :func:`empty_file_error`
+    (reads only up to the first non-blank line)."""
+    for _ in iter_lines(path, Rejects(skip_bad=True)):
+        break
+    return Path(path)
+
+
+#: what :mod:`gzip` raises in the middle of a read of a damaged file
+GZIP_ERRORS = (EOFError, gzip.BadGzipFile, zlib.error)
+
+
+class _CheckedGzip:
+    """A read-only gzip stream whose decompression errors become a :class:`DataError` naming the
+    file and the last complete line delivered (kind ``corrupt-gzip``).
+
+    ``gzip`` reports damage only when the read reaches it: ``EOFError`` for a file cut short,
+    ``BadGzipFile`` (CRC or length mismatch, not gzip at all) or ``zlib.error`` for corrupt data.
+    Reads are done in pieces of at most :attr:`PIECE` bytes so the line count stays close to the
+    damage.
+    """
+
+    PIECE = 1 << 13
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._f = gzip.open(path, "rb")
+        self.lines = 0  # newlines delivered so far
+        self.bytes = 0
+
+    def _error(self, e: BaseException) -> DataError:
+        msg = str(e) or type(e).__name__
+        if self.bytes == 0 and isinstance(e, gzip.BadGzipFile) and msg.startswith("Not a gzipped file"):
+            return DataError(self.path, None, f"not gzip data: the name ends in .gz but the file is not gzip-compressed ({msg})",
+                             "corrupt-gzip")
+        n = self.lines
+        where = f"after line {n}" if n else "before the end of the first line"
+        return DataError(self.path, n + 1, f"truncated or corrupt gzip data {where} ({msg}); the rest of the file "
+                         "cannot be read", "corrupt-gzip")
+
+    def _got(self, data: bytes) -> bytes:
+        self.lines += data.count(b"\n")
+        self.bytes += len(data)
+        return data
+
+    def read(self, size: int | None = -1) -> bytes:
+        parts: list[bytes] = []
+        left = -1 if size is None or size < 0 else size
+        try:
+            while left != 0:
+                data = self._f.read(self.PIECE if left < 0 else min(left, self.PIECE))
+                if not data:
+                    break
+                parts.append(self._got(data))
+                if left > 0:
+                    left -= len(data)
+        except GZIP_ERRORS as e:
+            raise self._error(e) from None
+        return b"".join(parts)
+
+    def readline(self, size: int = -1) -> bytes:
+        try:
+            return self._got(self._f.readline(size))
+        except GZIP_ERRORS as e:
+            raise self._error(e) from None
+
+    def __iter__(self) -> "_CheckedGzip":
+        return self
+
+    def __next__(self) -> bytes:
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> "_CheckedGzip":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def open_binary(path: str | os.PathLike) -> IO[bytes]:
+    """The file for reading bytes; a ``.gz`` is decompressed, and a truncated or corrupt one raises
+    :class:`DataError` (``file:line: truncated or corrupt gzip data after line N (...)``, kind
+    ``corrupt-gzip``) where the damage is reached, whatever the bad-row policy."""
     p = require_path(path)
     if p.is_dir():
         raise DataError(p, None, "expected a file but found a folder", kind="not-a-file")
     if p.suffix == ".gz":
-        return gzip.open(p, "rb")
+        return _CheckedGzip(p)  # type: ignore[return-value]
     return open(p, "rb")
 
 
@@ -132,17 +233,23 @@ def iter_lines(
     path: str | os.PathLike,
     rejects: Rejects | None = None,
     skip_blank: bool = True,
+    allow_empty: bool = False,
 ) -> Iterator[tuple[int, str, bytes]]:
     """Yield ``(line_number, text, raw_bytes)`` for each line, 1-based, newline stripped.
 
     Lines that are not valid UTF-8 go to ``rejects`` (kind ``encoding``); blank lines are skipped.
+    A file without a single non-blank line raises :func:`empty_file_error` once it has been read
+    (``allow_empty=True``: yields nothing instead, for outputs of this package whose splits may be
+    empty). A damaged ``.gz`` raises ``corrupt-gzip`` (see :func:`open_binary`).
     """
     rejects = rejects or STRICT
+    seen = False
     with open_binary(path) as f:
         for n, raw in enumerate(f, 1):
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:
+                seen = True  # content, if bad content
                 rejects.reject(
                     DataError(path, n, f"invalid UTF-8 byte 0x{raw[e.start]:02x} at column {e.start + 1}", "encoding"),
                     raw,
@@ -151,15 +258,21 @@ def iter_lines(
             text = text.rstrip("\r\n")
             if n == 1 and text.startswith("\ufeff"):
                 text = text[1:]
-            if skip_blank and not text.strip():
+            blank = not text.strip()
+            seen = seen or not blank
+            if skip_blank and blank:
                 continue
             yield n, text, raw
+    if not seen and not allow_empty:
+        raise empty_file_error(path)
 
 
-def iter_json_lines(path: str | os.PathLike, rejects: Rejects | None = None) -> Iterator[tuple[int, Any, bytes]]:
+def iter_json_lines(
+    path: str | os.PathLike, rejects: Rejects | None = None, allow_empty: bool = False
+) -> Iterator[tuple[int, Any, bytes]]:
     """Yield ``(line_number, parsed_object, raw_bytes)`` for each JSONL line; bad JSON is rejected."""
     rejects = rejects or STRICT
-    for n, text, raw in iter_lines(path, rejects):
+    for n, text, raw in iter_lines(path, rejects, allow_empty=allow_empty):
         try:
             obj = json.loads(text)
         except json.JSONDecodeError as e:
@@ -210,6 +323,43 @@ def parse_rows(
             yield from out
         else:
             yield out
+
+
+def _reasons(rejects: Rejects) -> str:
+    return ", ".join(f"{k}: {v}" for k, v in sorted(rejects.counts.items()))
+
+
+def no_records_error(
+    path: str | os.PathLike, rejects: Rejects | None = None, what: str = "records", detail: str = ""
+) -> DataError:
+    """Why a run has nothing to write: ``no valid <what> (N rejected: kind: n, ...; raw rows in
+    DIR)`` (kind ``all-rejected``) when bad rows were skipped, else ``no <what> (detail)`` (kind
+    ``no-records``). ``what`` says what is missing: ``records``, ``queries to mine``, ..."""
+    if rejects is not None and rejects.total:
+        where = f"; raw rows in {rejects.out_dir}" if rejects.out_dir is not None else ""
+        return DataError(path, None, f"no valid {what} ({rejects.total} rejected: {_reasons(rejects)}{where})"
+                         + (f"; {detail}" if detail else ""), "all-rejected")
+    return DataError(path, None, f"no {what}" + (f" ({detail})" if detail else ""), "no-records")
+
+
+def require_records(
+    items: Iterable[T],
+    path: str | os.PathLike,
+    rejects: Rejects | None = None,
+    what: str = "records",
+    detail: Callable[[], str] | None = None,
+) -> Iterator[T]:
+    """Yield ``items``; when there was not one, raise :func:`no_records_error` at the end.
+
+    Consumed inside an :func:`atomic_write`, the error removes the half-made output: an input
+    whose every row was rejected (``--skip-bad``) never looks like a successful, complete run.
+    """
+    n = 0
+    for item in items:
+        n += 1
+        yield item
+    if n == 0:
+        raise no_records_error(path, rejects, what, detail() if detail is not None else "")
 
 
 @contextlib.contextmanager
@@ -277,4 +427,5 @@ def read_records(path: str | os.PathLike, record_type: type[T], rejects: Rejects
             kind = "missing-field" if "missing field" in str(e) else "invalid-record"
             raise DataError(path, n, str(e), kind) from None
 
-    yield from parse_rows(path, iter_json_lines(path, rejects), parse, rejects)
+    # our own outputs: a split of a built dataset may legitimately be empty
+    yield from parse_rows(path, iter_json_lines(path, rejects, allow_empty=True), parse, rejects)

@@ -56,7 +56,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .bm25 import BACKENDS, ENGINES, BM25Index, BM25Params, open_index, resolve_backend
-from .io import Rejects, atomic_write, write_json
+from .io import Rejects, atomic_write, require_records, write_json
 from .records import Passage, QueryExample
 from .text import contains_answer
 from .tokenization import LANGUAGES, TokenizerConfig
@@ -64,6 +64,7 @@ from .tokenization import LANGUAGES, TokenizerConfig
 logger = logging.getLogger(__name__)
 
 SAMPLING = ("top", "random")
+FIRST_IDS = 5  # query ids kept per reported condition (meta.json "examples")
 DEFAULT_WINDOW = (3, 100)
 
 
@@ -301,9 +302,15 @@ def mine_batch(
     counts: Counter,
     encoder: Any = None,
     timings: Counter | None = None,
+    first_ids: dict[str, list[str]] | None = None,
 ) -> list[QueryExample]:
-    """Mine negatives for a batch of queries (the unit of retrieval and dense encoding)."""
+    """Mine negatives for a batch of queries (the unit of retrieval and dense encoding).
+
+    ``first_ids`` collects the first ids of queries without a positive (``no_positives``) and of
+    mined examples with no positive and no negative at all (``no_passages``).
+    """
     timings = timings if timings is not None else Counter()
+    first_ids = first_ids if first_ids is not None else {}
     t0 = time.perf_counter()
     hits = index.search([q.query for q in queries], cfg.depth, n_threads=cfg.n_threads or (os.cpu_count() or 1))
     t1 = time.perf_counter()
@@ -336,6 +343,12 @@ def mine_batch(
             counts["queries_too_few_negatives"] += 1
         if s.q.negatives:
             counts["input_negatives_replaced"] += len(s.q.negatives)
+        for key, hit in (("no_positives", not s.q.positives), ("no_passages", not s.q.positives and not negs)):
+            if hit:
+                counts[f"queries_{key}"] += 1
+                ids = first_ids.setdefault(key, [])
+                if len(ids) < FIRST_IDS:
+                    ids.append(s.q.id)
         metadata = s.q.metadata
         if cfg.answer_hits:
             metadata = {**metadata, "answer_hits": s.answer_hits(cfg.answer_hits)}
@@ -456,13 +469,17 @@ def run_mining(
     if rebuild_index and index_dir.exists():
         shutil.rmtree(index_dir)
 
-    index = open_index(index_dir, source.corpus, cfg.tokenizer, cfg.engine, cfg.bm25, cfg.show_progress)
+    where = ", ".join(source.files) or source.name
+
+    def corpus() -> Iterator[Passage]:  # nothing to index: say why (all rejected, or none) naming the input
+        return require_records(source.corpus(), where, rejects, "passages to index", lambda: "the corpus is empty")
+
+    index = open_index(index_dir, corpus, cfg.tokenizer, cfg.engine, cfg.bm25, cfg.show_progress)
     work = out / "work"
     t0 = time.perf_counter()
-    q_sha, n_queries = _spool_queries(source.queries(), work, cfg.show_progress)
+    queries = require_records(source.queries(), where, rejects, "queries to mine")
+    q_sha, n_queries = _spool_queries(queries, work, cfg.show_progress)  # atomic: no spool is left on error
     spool_s = time.perf_counter() - t0
-    if n_queries == 0:
-        raise ValueError(f"{source.name}: no queries to mine")
     params = cfg.fingerprint()
     if cfg.engine == "bm25s":
         # numpy and numba may break exact score ties differently: one backend per run, recorded
@@ -505,6 +522,7 @@ def _run_shard(out: Path, work: Path, index: BM25Index, cfg: MiningConfig, i: in
     data_path, stats_path = shard_paths(out, i, cfg.num_shards)
     counts: Counter = Counter()
     timings: Counter = Counter()
+    first_ids: dict[str, list[str]] = {}
     t0 = time.perf_counter()
     bar = tqdm(total=hi - lo, desc=f"Mine shard {i + 1}/{cfg.num_shards}", unit=" queries", disable=not cfg.show_progress)
     with atomic_write(data_path) as f:
@@ -512,15 +530,16 @@ def _run_shard(out: Path, work: Path, index: BM25Index, cfg: MiningConfig, i: in
         for q in _read_spool(work, lo, hi):
             batch.append(q)
             if len(batch) >= cfg.batch_size:
-                _write_batch(f, mine_batch(batch, index, cfg, counts, encoder, timings))
+                _write_batch(f, mine_batch(batch, index, cfg, counts, encoder, timings, first_ids))
                 bar.update(len(batch))
                 batch = []
         if batch:
-            _write_batch(f, mine_batch(batch, index, cfg, counts, encoder, timings))
+            _write_batch(f, mine_batch(batch, index, cfg, counts, encoder, timings, first_ids))
             bar.update(len(batch))
     bar.close()
     timings["total_s"] = time.perf_counter() - t0
-    stats = {"shard": i, "queries": [lo, hi], "counts": dict(counts), "timings": {k: round(v, 3) for k, v in timings.items()}}
+    stats = {"shard": i, "queries": [lo, hi], "counts": dict(counts), "timings": {k: round(v, 3) for k, v in timings.items()},
+             "first_ids": first_ids}
     write_json(stats_path, stats)
 
 
@@ -535,12 +554,15 @@ def _merge(
     t0 = time.perf_counter()
     counts: Counter = Counter()
     shard_timings: Counter = Counter()
+    first_ids: dict[str, list[str]] = {"no_positives": [], "no_passages": []}
     with atomic_write(out / "examples.jsonl") as f:
         for i in range(cfg.num_shards):
             data_path, stats_path = shard_paths(out, i, cfg.num_shards)
             st = json.loads(stats_path.read_text())
             counts.update(st["counts"])
             shard_timings.update(st["timings"])
+            for key, ids in st.get("first_ids", {}).items():  # absent in shards of older versions
+                first_ids[key] = (first_ids.get(key, []) + ids)[:FIRST_IDS]
             with open(data_path, encoding="utf-8") as src:
                 shutil.copyfileobj(src, f, 1 << 20)
     n_q = counts["queries"]
@@ -571,7 +593,10 @@ def _merge(
             "input_negatives_replaced": counts["input_negatives_replaced"],
             "answer_hits": counts["answer_hits"],
             "answer_hits_with_answer": counts["answer_hits_with_answer"],
+            "queries_no_positives": counts["queries_no_positives"],
+            "queries_no_passages": counts["queries_no_passages"],
         },
+        "examples": {"first_no_positives": first_ids["no_positives"], "first_no_passages": first_ids["no_passages"]},
         "rejects": rejects.summary() if rejects is not None else {"total": 0, "by_reason": {}},
         "timings": {
             "index": index.info.get("timings", {}),
@@ -586,6 +611,12 @@ def _merge(
     }
     write_json(out / "meta.json", meta)
     shutil.rmtree(out / "work", ignore_errors=True)  # the query spool; every run writes it afresh
+    if counts["queries_no_positives"]:
+        logger.warning("%d of %d queries have no positive passage (e.g. %s): build gives them no evaluator pairs",
+                       counts["queries_no_positives"], n_q, ", ".join(first_ids["no_positives"]))
+    if counts["queries_no_passages"]:
+        logger.warning("%d queries have no positive and no mined negative (e.g. %s): build skips them "
+                       "(skipped.input.no-passages)", counts["queries_no_passages"], ", ".join(first_ids["no_passages"]))
     logger.info(
         "mined %d queries: %d negatives (%d hard, %d easy); dropped %d answer matches, %d positives, %d by dense margin -> %s",
         n_q, meta["counts"]["negatives"], counts["negatives_hard"], counts["negatives_easy"],

@@ -43,17 +43,19 @@ DEFAULT_BATCH_TOKENS = {"cpu": 2048, "mps": 16384, "cuda": 65536}
 
 
 class ScoringEngine:
-    """One relevance logit per (query, passage) text pair, in input order.
+    """One logit per (query, passage) text pair, in input order, for every task.
 
-    For BERT-style cross-encoders the last layer is computed for the first position only, the one
-    the classification head reads (:class:`FirstTokenLayer`; ``first_token_layer=False`` to skip).
-    Opt-in (``cpu_fast_path=True``): on the CPU in float32, batches of at least
-    ``FAST_PATH_MIN_ROWS`` tokens run their linear layers through oneDNN with pre-packed weights
-    (and BERT's GELU fused into its matrix product); with the CPU's default 2,048-token budget only
-    full batches reach that size, so pair it with a larger ``batch_tokens``. Faster than MKL's ``nn.Linear`` in isolated
-    matrix-product timings, it made the whole model slower on a quiet benchmark machine, also when
-    only the GELU feed-forward was packed (docs/benchmarks.md), so it is off by default. It is
-    switched on only after a probe batch scores within 1e-4 of the plain model.
+    Exact shortcuts, each switched on only after probe pairs score within 1e-4 of the plain model:
+
+    * ``unpadded`` (default on the CPU for ``BertForSequenceClassification``, MiniLM included): the
+      sequences of a batch run packed, without padding, and the last layer only for ``[CLS]``
+      (:class:`~inference.kernels.UnpaddedBert`);
+    * ``first_token_layer`` (other BERT-style cross-encoders, or ``unpadded=False``): padded batches,
+      the last layer for the first position only (:class:`~inference.kernels.FirstTokenLayer`);
+    * ``cpu_fast_path`` (opt-in): on the CPU in float32, batches of at least ``FAST_PATH_MIN_ROWS``
+      tokens run their linear layers through oneDNN with pre-packed weights (and BERT's GELU fused);
+      it made the whole model slower on a quiet benchmark machine (docs/benchmarks.md), so it is off
+      by default, and it turns the unpadded path off.
     """
 
     def __init__(

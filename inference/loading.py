@@ -351,8 +351,10 @@ def check_quantize(how: str, device: torch.device) -> None:
 
 def quantize_model(model, how: str, device: torch.device):
     """Dynamic int8 quantization of every ``nn.Linear`` (weights int8, activations quantized per
-    batch; CPU only). Not exact: scores move by about 1e-3, and a little with the batch they are in;
-    ``scripts/bench_scoring.py`` reports the difference and the AUC change."""
+    batch; CPU only), about 2x faster. Not exact: on the trained quickstart models the ranking
+    metrics moved by about a point, but single calibrated scores by up to 0.4-0.6, so the export's
+    thresholds do not hold for it (docs/benchmarks.md, "The opt-in int8 mode"): use it to rank, or
+    re-fit the calibration on int8 scores."""
     check_quantize(how, device)
     import warnings
 
@@ -396,7 +398,8 @@ def load(
     position only, the one the classification head reads (checked the same way).
     ``unpadded``: for BERT cross-encoders, run each batch's sequences packed without padding
     (``None``: on the CPU; checked the same way; see :class:`~inference.kernels.UnpaddedBert`).
-    ``quantize``: ``"int8"`` for dynamic int8 linear layers on the CPU (opt-in, not exact: see
+    ``quantize``: ``"int8"`` for dynamic int8 linear layers on the CPU (opt-in, about 2x faster, not
+    exact: single calibrated scores move by up to 0.4-0.6, so not with the export's thresholds; see
     :func:`quantize_model`; the exact shortcuts are off with it).
     """
     if task is not None:

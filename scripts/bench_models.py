@@ -22,6 +22,8 @@ on each set:
   passages' sentences labelled by answer containment (extractor task). Neither model saw NQ.
 
 The training time of each quickstart is read from its manifest (``training.train_runtime``).
+``--int8`` also scores every set with the opt-in int8 mode (``quantize="int8"``) and reports its
+figures beside the fp32 ones (``model_int8``: the metric change and the largest score difference).
 The JSON has, per model and set, ``{"n", ..., "model": {...}, "baselines": {name: {...}}}``.
 """
 
@@ -140,7 +142,7 @@ def pair_figures(scores, labels, threshold: float | None = None) -> dict:
     return out
 
 
-def bench_answer(model, pairs, cosine: Cosine) -> dict:
+def bench_answer(model, pairs, cosine: Cosine, int8=None) -> dict:
     from inference.inputs import passage_text
 
     labels = [p.label for p in pairs]
@@ -159,7 +161,14 @@ def bench_answer(model, pairs, cosine: Cosine) -> dict:
     roles: dict[str, int] = defaultdict(int)
     for p in pairs:
         roles[f"{p.metadata.get('role')}:{int(p.label >= 0.5)}"] += 1
+    extra = {}
+    if int8 is not None:
+        t0 = time.perf_counter()
+        q8 = int8.score([(p.query, p.passage) for p in pairs])
+        extra["model_int8"] = {**pair_figures(q8, labels, model.threshold), "pairs_per_s": round(len(pairs) / (time.perf_counter() - t0), 1),
+                               "max_abs_diff_vs_fp32": float(np.max(np.abs(np.asarray(q8) - np.asarray(probs))))}
     return {
+        **extra,
         "n": len(pairs), "positives": int(sum(y >= 0.5 for y in labels)), "queries": len(by_q), "by_role_label": dict(roles),
         "model": {**pair_figures(probs, labels, model.threshold), "threshold": model.threshold,
                   "pairs_per_s": round(len(pairs) / secs, 1)},
@@ -197,7 +206,7 @@ def ranking_figures(groups, scores_per_group) -> dict:
     return {k: m[k] for k in ("p@1", "r@3", "mrr")}
 
 
-def bench_extractor(model, pairs, cosine: Cosine) -> dict:
+def bench_extractor(model, pairs, cosine: Cosine, int8=None) -> dict:
     from inference.inputs import passage_text
 
     groups = groups_of(pairs)
@@ -213,6 +222,13 @@ def bench_extractor(model, pairs, cosine: Cosine) -> dict:
             at += len(ps)
         return out
 
+    extra = {}
+    if int8 is not None:
+        t0 = time.perf_counter()
+        q8 = int8.score([(p.query, p.passage) for p in flat])
+        extra["model_int8"] = {**ranking_figures(groups, per_group(q8)),
+                               "sentences_per_s": round(len(flat) / (time.perf_counter() - t0), 1),
+                               "max_abs_diff_vs_fp32": float(np.max(np.abs(np.asarray(q8) - np.asarray(probs))))}
     texts = [p.passage.text for p in flat]
     bm25 = BM25Pairs(texts)
     bm = []
@@ -220,6 +236,7 @@ def bench_extractor(model, pairs, cosine: Cosine) -> dict:
         bm.append(bm25.score(ps[0].query, [p.passage.text for p in ps]))
     cos = cosine.score([(p.query, passage_text(p.passage, model.passage_format)) for p in flat])
     return {
+        **extra,
         "passages": len(groups), "sentences": len(flat), "gold_sentences": int(sum(p.label >= 0.5 for p in flat)),
         "model": {**ranking_figures(groups, per_group(probs)), "sentences_per_s": round(len(flat) / secs, 1)},
         "baselines": {
@@ -247,6 +264,7 @@ def main() -> int:
     ap.add_argument("--dataset", default="outputs/datasets/squad", help="the recipes' built dataset (dev split)")
     ap.add_argument("--work", default="outputs/bench/nq-ood", help="where the NQ out-of-domain data is built")
     ap.add_argument("--max-queries", type=int, default=None, help="cap each set at this many questions")
+    ap.add_argument("--int8", action="store_true", help="also score with the opt-in int8 mode (quantize='int8')")
     ap.add_argument("--json", required=True)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -257,6 +275,8 @@ def main() -> int:
 
     ans = inference.load(args.answer_model, task="answer_classifier", device="cpu")
     ext = inference.load(args.extractor_model, task="extractor", device="cpu")
+    ans8 = inference.load(args.answer_model, device="cpu", quantize="int8") if args.int8 else None
+    ext8 = inference.load(args.extractor_model, device="cpu", quantize="int8") if args.int8 else None
     cosine = Cosine()
     ood = nq_ood(ROOT / args.work)
     dataset = ROOT / args.dataset
@@ -270,12 +290,12 @@ def main() -> int:
     for name, folder in (("dev", dataset), ("nq_ood", ood)):
         pairs = load_pairs(folder / "answer" / "dev.pairs.jsonl", args.max_queries)
         logger.info("answer classifier on %s: %d pairs", name, len(pairs))
-        result["answer_classifier"][name] = r = bench_answer(ans, pairs, cosine)
+        result["answer_classifier"][name] = r = bench_answer(ans, pairs, cosine, ans8)
         logger.info("  AUC %.4f; BM25 %.4f; MiniLM cosine %.4f", r["model"]["auc"], r["baselines"]["bm25_pair"]["auc"],
                     r["baselines"]["minilm_cosine"]["auc"])
         pairs = load_pairs(folder / "extractor" / "dev.pairs.jsonl", args.max_queries)
         logger.info("extractor on %s: %d sentence pairs", name, len(pairs))
-        result["extractor"][name] = r = bench_extractor(ext, pairs, cosine)
+        result["extractor"][name] = r = bench_extractor(ext, pairs, cosine, ext8)
         logger.info("  p@1 %.4f r@3 %.4f; first %.4f, BM25 %.4f, overlap %.4f, cosine %.4f", r["model"]["p@1"],
                     r["model"]["r@3"], *(r["baselines"][b]["p@1"] for b in ("first_sentences", "bm25", "lexical_overlap",
                                                                             "minilm_cosine")))

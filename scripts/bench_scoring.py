@@ -137,7 +137,14 @@ def machine() -> dict:
             cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
     except OSError:
         pass
-    return {"cpus": os.cpu_count(), "cpu": cpu, "mem_gib": mem, "torch_threads": torch.get_num_threads(),
+    flags = []
+    try:
+        with open("/proc/cpuinfo") as f:
+            line = next((x for x in f if x.startswith("flags")), "")
+        flags = sorted({w for w in line.split() if w.startswith(("avx512", "amx")) or w in ("avx2", "fma")})
+    except OSError:
+        pass
+    return {"cpus": os.cpu_count(), "cpu": cpu, "cpu_flags": flags, "mem_gib": mem, "torch_threads": torch.get_num_threads(),
             "cuda": torch.cuda.is_available(), "python": platform.python_version(), "torch": torch.__version__}
 
 

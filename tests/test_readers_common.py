@@ -121,7 +121,9 @@ def test_json_array_non_utf8_bytes_rejected_with_raw_bytes(tmp_path):
         (b'[{"a": 1},\n{"a": "unterminated', r"x\.json:2: file ends inside this array element"),
         (b'[{"a": 1},\n', r"x\.json:2: file ends inside the JSON array"),
         (b'[{"a": 1}] trailing', r"unexpected data after the closing '\]'"),
-        (b"", r"expected a JSON array \('\['\), found an empty file"),
+        (b"", r"x\.json: empty input file: no records$"),  # the shared empty-file error
+        (b" \n\n", r"x\.json: empty input file: no records$"),
+        (b"{}", r"x\.json:1: expected a JSON array \('\['\), found '\{'"),
     ],
 )
 def test_json_array_broken_structure_always_raises(tmp_path, content, message):

@@ -67,7 +67,8 @@ def test_positive_missing_from_corpus(written):
 @pytest.mark.parametrize(
     "file, row, message, kind",
     [
-        ("queries.jsonl", {"id": "0", "query": "dup"}, r"queries\.jsonl:7: duplicate query id '0'", "duplicate-id"),
+        ("queries.jsonl", {"id": "0", "query": "dup", "negatives": [{"id": "n", "text": "t"}]}, r"queries\.jsonl:7: duplicate query id '0'", "duplicate-id"),
+        ("queries.jsonl", {"id": "e", "query": "nothing"}, r"queries\.jsonl:7: query 'e' has no positive and no negative passage", "no-passages"),
         ("queries.jsonl", {"id": "z", "query": " "}, r"queries\.jsonl:7: query example: field 'query' is empty", "empty-query"),
         ("queries.jsonl", {"query": "no id"}, r"queries\.jsonl:7: query example: missing field 'id'", "missing-field"),
         ("corpus.jsonl", {"id": "4983", "text": "dup"}, r"corpus\.jsonl:9: duplicate passage id '4983'", "duplicate-id"),

@@ -377,7 +377,8 @@ def test_pretty_printed_file_reports_lines(tmp_path):
 def _truncated_gz(tmp_path):
     p = tmp_path / "cut.json.gz"
     p.write_bytes(gzip.compress(V11.read_bytes())[:-40])
-    return p, "cannot decompress: the gzip data is truncated or corrupt (Compressed file ended before the end-of-stream marker was reached)"
+    return p, ("truncated or corrupt gzip data before the end of the first line (Compressed file ended before the "
+               "end-of-stream marker was reached); the rest of the file cannot be read")  # the shared corrupt-gzip error
 
 
 def _corrupt_gz(tmp_path):
@@ -385,13 +386,14 @@ def _corrupt_gz(tmp_path):
     b[100] ^= 0xFF
     p = tmp_path / "corrupt.json.gz"
     p.write_bytes(bytes(b))
-    return p, "cannot decompress: the gzip data is truncated or corrupt (Error -3 while decompressing data: invalid distance too far back)"
+    return p, ("truncated or corrupt gzip data before the end of the first line (Error -3 while decompressing data: "
+               "invalid distance too far back); the rest of the file cannot be read")
 
 
 def _plain_named_gz(tmp_path):
     p = tmp_path / "plain.json.gz"
     p.write_bytes(V11.read_bytes())
-    return p, "cannot decompress: not gzip data (Not a gzipped file (b'{\"'))"
+    return p, "not gzip data: the name ends in .gz but the file is not gzip-compressed (Not a gzipped file (b'{\"'))"
 
 
 def _file(name, data, reason, line=1):
@@ -405,13 +407,13 @@ def _file(name, data, reason, line=1):
 
 _TEXT = V11.read_text(encoding="utf-8")
 BAD_FILES = [
-    (_truncated_gz, None),
-    (_corrupt_gz, None),
+    (_truncated_gz, 1),
+    (_corrupt_gz, 1),
     (_plain_named_gz, None),
     (_file("cut.json", _TEXT[:-1], f"the JSON ends early: the file is truncated (Expecting ',' delimiter: line 1 column {len(_TEXT)})"), 1),
     (_file("cut2.json", _TEXT[:4000], "the JSON ends early: the file is truncated (Unterminated string starting at: line 1 column 3952)"), 1),
     (_file("notjson.json", "hello\n", "invalid JSON (Expecting value: line 1 column 1)"), 1),
-    (_file("empty.json", "\n", "empty file (expected SQuAD JSON)"), None),
+    (_file("empty.json", "\n", "empty input file: no records (expected SQuAD JSON)"), None),
     (_file("list.json", "[1, 2]", "expected a JSON object with a 'data' list at the top, got array"), 1),
     (_file("nodata.json", '{"version": "1.1", "articles": []}', "no top-level 'data' list (not a SQuAD file? top-level keys: 'version', 'articles')"), None),
     (_file("dataobj.json", '{"data": {"title": "x"}}', "top-level 'data' must be a list of articles, got object"), None),

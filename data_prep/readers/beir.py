@@ -7,7 +7,9 @@ Format ``beir`` (``input=DIR, split="train"``)::
     DIR/qrels/<split>.tsv   query-id<TAB>corpus-id<TAB>score, with that header row
 
 Score > 0 is a positive (the score is kept in ``metadata["relevance"]``), score 0 (or below) a
-judged negative. Only queries judged in the split are yielded. A document whose text is empty but
+judged negative. Only queries judged in the split are yielded: a query of ``queries.jsonl``
+without qrels in the split is unjudged, not an example without passages, so every example has at
+least one judged passage. A qrels file with only its header row is an empty input file. A document whose text is empty but
 whose title is not (TREC-COVID has thousands) keeps its title as the text
 (``metadata["text_from_title"] = True``); one with neither is a bad row.
 """
@@ -19,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from ..io import STRICT, DataError, Rejects, iter_json_lines, parse_rows, require_path
+from ..io import STRICT, DataError, Rejects, empty_file_error, iter_json_lines, open_binary, parse_rows, require_path
 from ..records import Passage
 from . import Source, register_format
 from .common import Qrel, SeenIds, check_text, id_str, iter_tsv, join_qrels, once, parse_score
@@ -75,10 +77,13 @@ def read_queries(path: PathLike, rejects: Rejects | None = None) -> Iterator[tup
 def read_qrels(path: PathLike, rejects: Rejects | None = None) -> Iterator[Qrel]:
     """Stream ``qrels/<split>.tsv`` (``query-id corpus-id score``; the header row is skipped)."""
     first = True
+    header_only = False
     for n, f, raw in iter_tsv(path, QRELS_HEADER, rejects):
+        header_only = False
         if first:
             first = False
             if tuple(x.strip().lower() for x in f) == QRELS_HEADER:
+                header_only = True
                 continue
             logger.warning("%s has no header row (%s); reading line %d as data", path, "\t".join(QRELS_HEADER), n)
         try:
@@ -87,6 +92,10 @@ def read_qrels(path: PathLike, rejects: Rejects | None = None) -> Iterator[Qrel]
             (rejects or STRICT).reject(e, raw)
             continue
         yield Qrel(qid=f[0].strip(), pid=f[1].strip(), score=score, line=n, raw=raw)
+    if header_only:  # nothing after the header was yielded: was there anything at all?
+        with open_binary(path) as fh:
+            if sum(1 for raw in fh if raw.strip()) == 1:
+                raise empty_file_error(path, "only the header row")
 
 
 def _examples(corpus: Path, queries: Path, qrels: Path, rejects: Rejects | None, source: str):

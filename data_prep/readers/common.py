@@ -11,6 +11,9 @@
 * :func:`iter_parquet_rows` - parquet rows through pyarrow, in batches.
 * :func:`ctx_passage` - a ``{title, text, passage_id|psg_id|id}`` context as a :class:`Passage`.
 * :func:`join_qrels` - qrels + queries + corpus into :class:`QueryExample` objects (MS MARCO, BEIR).
+* :func:`check_passages` - the rule every reader applies to the examples it makes: an example may
+  lack positives (an unanswerable question, a query judged only non-relevant), but one with no
+  positive *and* no negative passage carries nothing and is a bad row (kind ``no-passages``).
 * :class:`OnceRejects` - a :class:`Rejects` view that records each bad row once, however many
   times a :class:`~data_prep.readers.Source` re-reads the file.
 * :func:`open_pairs` - labelled pairs from any format: a native pair reader when the format has
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from ..io import STRICT, DataError, Rejects, iter_json_lines, iter_lines, open_binary, require_path
+from ..io import STRICT, DataError, Rejects, empty_file_error, iter_json_lines, iter_lines, open_binary, require_path
 from ..records import LabelledPair, Passage, QueryExample, RecordError
 
 logger = logging.getLogger(__name__)
@@ -340,9 +343,10 @@ def iter_json_array(
         if r.buf.startswith("\ufeff"):
             r.pos = 1
         c = r.skip_ws()
+        if c == "":
+            raise empty_file_error(path)
         if c != "[":
-            what = "an empty file" if c == "" else repr(c)
-            raise DataError(path, r.line, f"expected a JSON array ('['), found {what}", "invalid-json")
+            raise DataError(path, r.line, f"expected a JSON array ('['), found {c!r}", "invalid-json")
         r.advance(r.pos + 1)
         first = True
         while True:
@@ -442,14 +446,25 @@ def iter_json_records(path: PathLike, rejects: Rejects | None = None) -> Iterato
 
 def iter_parquet_rows(path: PathLike, batch_size: int = 1024) -> Iterator[tuple[int, dict, str]]:
     """Rows of a parquet file as ``(row_number, dict, raw_json)`` (row numbers are 1-based)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(require_path(path))
+    p = require_path(path)
+    if p.stat().st_size == 0:
+        raise empty_file_error(p)
     n = 0
-    for batch in pf.iter_batches(batch_size=batch_size):
-        for row in batch.to_pylist():
-            n += 1
-            yield n, row, json.dumps(row, ensure_ascii=False, default=str)
+    try:
+        pf = pq.ParquetFile(p)
+        for batch in pf.iter_batches(batch_size=batch_size):
+            for row in batch.to_pylist():
+                n += 1
+                yield n, row, json.dumps(row, ensure_ascii=False, default=str)
+    except (pa.ArrowException, OSError) as e:  # a truncated or corrupt file, where pyarrow meets it
+        where = f"after row {n}" if n else "before the first row"
+        raise DataError(p, None, f"cannot read parquet data {where} ({e}); the rest of the file cannot be read",
+                        "corrupt-parquet") from None
+    if n == 0:
+        raise empty_file_error(p, "a parquet file with no rows")
 
 
 # --------------------------------------------------------------------------------------------
@@ -482,6 +497,15 @@ def ctx_passage(path: PathLike, line: int, ctx: Any, where: str, metadata: dict 
             pid = str(v).strip()
             break
     return Passage(id=pid or stable_id(title, text), text=text, title=title, metadata=metadata or {})
+
+
+def check_passages(path: PathLike, line: int | None, ex: QueryExample, why: str = "") -> QueryExample:
+    """``ex`` unchanged when it has a positive or a negative passage; else a :class:`DataError`
+    ``query <id> has no positive and no negative passage[ (why)]``, kind ``no-passages``."""
+    if not ex.positives and not ex.negatives:
+        raise DataError(path, line, f"query {ex.id!r} has no positive and no negative passage" + (f" ({why})" if why else ""),
+                        "no-passages")
+    return ex
 
 
 def ctx_list(path: PathLike, line: int, obj: dict, field: str, required: bool = False) -> list:

@@ -19,7 +19,8 @@ Formats
     Two labelling rules: ``rule="title-match"`` (CRAG's: a context is relevant when its title
     equals ``s_wiki_title`` exactly) and ``rule="answer"`` (it contains a gold answer,
     :func:`data_prep.text.contains_answer`; label source ``answer-match``). Like CRAG, only the
-    first ``top_k=10`` contexts are used (``top_k=None``: all).
+    first ``top_k=10`` contexts are used (``top_k=None``: all). A row without contexts (within the
+    top k) is a bad row (kind ``no-passages``); one without a matching context has negatives only.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ..text import contains_answer
 from . import Source, register_format
 from .common import (
     SeenIds,
+    check_passages,
     check_text,
     ctx_list,
     ctx_passage,
@@ -170,7 +172,6 @@ def _popqa_row(
     qid = text_query_id(question)
     if obj.get("id") is not None:
         qid = id_str(path, n, obj["id"], "id")
-        seen.check(path, n, qid)
     meta = {"label_source": RULES[rule]}
     if isinstance(title, str) and title:
         meta["s_wiki_title"] = title
@@ -183,6 +184,9 @@ def _popqa_row(
         source="popqa",
         metadata=meta,
     )
+    check_passages(path, n, ex, "ctxs is empty")
+    if obj.get("id") is not None:
+        seen.check(path, n, qid)
     return ex, labelled
 
 

@@ -15,7 +15,8 @@ Formats
     Rows of the Hugging Face ``ms_marco`` dataset (v1.1 / v2.1) as JSONL, or parquet when the file
     name ends in ``.parquet``: ``query``, ``query_id``, ``query_type``, ``passages`` (``is_selected``,
     ``passage_text``, ``url``), ``answers``, ``wellFormedAnswers``. Positives are the selected
-    passages, negatives the others; the literal answer ``No Answer Present.`` is dropped.
+    passages, negatives the others; the literal answer ``No Answer Present.`` is dropped. A row with
+    no passages at all is a bad row (kind ``no-passages``); one with none selected is passed on.
 
 Queries and passages of the TSV files carry ids; triples and Hugging Face passages get
 :func:`~data_prep.readers.common.stable_id` ids, triple queries :func:`text_query_id`.
@@ -34,6 +35,7 @@ from . import Source, register_format
 from .common import (
     Qrel,
     SeenIds,
+    check_passages,
     check_text,
     dedupe,
     group_consecutive,
@@ -224,8 +226,10 @@ def _hf_row(path: PathLike, n: int, obj: dict, fix: bool, seen: SeenIds) -> Quer
     well = [a for a in str_list(path, n, obj.get("wellFormedAnswers"), "wellFormedAnswers") if a.strip()]
     if well:
         meta["well_formed_answers"] = well
+    ex = check_passages(path, n, QueryExample(qid, query, pos, neg, answers, source="hf-msmarco", metadata=meta),
+                        "passages.passage_text is empty")
     seen.check(path, n, qid)
-    return QueryExample(qid, query, pos, neg, answers, source="hf-msmarco", metadata=meta)
+    return ex
 
 
 def read_hf_msmarco(path: PathLike, rejects: Rejects | None = None, fix_mojibake: bool = False) -> Iterator[QueryExample]:

@@ -17,6 +17,10 @@ Formats
     an answer (a non-gold context that contains an answer is left out of both: likely relevant,
     not annotated). The corpus is every distinct context of the file.
 
+A question with no positive is passed on (DPR's dev files have some; ``build`` counts them as
+``no-positives``), but one with no positive and no negative passage - empty context lists, or in
+NQ-open only answer-bearing contexts none of which is gold - is a bad row (kind ``no-passages``).
+
 Neither layout gives query ids; they are :func:`~data_prep.readers.common.text_query_id` of the
 question (an ``id`` field is used when present). Contexts without ids get
 :func:`~data_prep.readers.common.stable_id` ids.
@@ -31,7 +35,18 @@ from typing import Iterator
 from ..io import DataError, Rejects, iter_json_lines, parse_rows, require_path
 from ..records import Passage, QueryExample
 from . import Source, register_format
-from .common import check_text, ctx_list, ctx_passage, dedupe, id_str, iter_json_records, once, str_list, text_query_id
+from .common import (
+    check_passages,
+    check_text,
+    ctx_list,
+    ctx_passage,
+    dedupe,
+    id_str,
+    iter_json_records,
+    once,
+    str_list,
+    text_query_id,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +76,8 @@ def _dpr_row(path: PathLike, n: int, obj: dict) -> QueryExample:
     meta = {"num_hard_negatives": len(hard)}
     if obj.get("dataset"):
         meta["dataset"] = obj["dataset"]
-    return QueryExample(qid, q, pos, hard + other, answers, source="dpr", metadata=meta)
+    ex = QueryExample(qid, q, pos, hard + other, answers, source="dpr", metadata=meta)
+    return check_passages(path, n, ex, "positive_ctxs, hard_negative_ctxs and negative_ctxs are all empty")
 
 
 def read_dpr(path: PathLike, rejects: Rejects | None = None) -> Iterator[QueryExample]:
@@ -108,7 +124,10 @@ def _nq_open_row(path: PathLike, n: int, obj: dict) -> QueryExample:
         elif not c.get("hasanswer"):
             neg.append(p)
     label_source = "human" if has_gold else "answer-match"
-    return QueryExample(qid, q, pos, neg, answers, source="nq-open", metadata={"label_source": label_source})
+    ex = QueryExample(qid, q, pos, neg, answers, source="nq-open", metadata={"label_source": label_source})
+    why = "ctxs is empty" if not ctxs else (
+        f"none of its {len(ctxs)} contexts is gold and all contain an answer, so none is a negative either")
+    return check_passages(path, n, ex, why)
 
 
 def read_nq_open(path: PathLike, rejects: Rejects | None = None) -> Iterator[QueryExample]:

@@ -11,7 +11,9 @@ Formats
     :class:`~data_prep.records.LabelledPair` JSONL. As a :class:`Source`, consecutive pairs of one
     query form one example (label >= 0.5 positive).
 
-Ids must be unique within a file (passages, query examples); pairs may repeat a query id.
+Ids must be unique within a file (passages, query examples); pairs may repeat a query id. A query
+example without positives is passed on; one with no positive and no negative is a bad row (kind
+``no-passages``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Iterator
 from ..io import DataError, Rejects, iter_json_lines, parse_rows, require_path
 from ..records import LabelledPair, Passage, QueryExample, RecordError
 from . import Source, register_format
-from .common import SeenIds, dedupe, once, register_pairs
+from .common import SeenIds, check_passages, dedupe, once, register_pairs
 from .crag import pairs_to_examples
 
 logger = logging.getLogger(__name__)
@@ -68,7 +70,7 @@ def read_queries(
     seen = SeenIds("query")
 
     def parse(n: int, obj: dict) -> QueryExample:
-        ex = _from_dict(path, n, obj, QueryExample)
+        ex = check_passages(path, n, _from_dict(path, n, obj, QueryExample), "'positives' and 'negatives' are empty")
         if corpus_ids is not None:
             for what, group in (("positive", ex.positives), ("negative", ex.negatives)):
                 for p in group:

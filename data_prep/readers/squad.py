@@ -36,7 +36,9 @@ Validation
 Errors read ``file:line: data[i].paragraphs[k].qas[j]: what is wrong``: the line is where that
 JSON value starts (official files are one line, so it is 1 there; the JSON path says where).
 Whole-file problems always raise (``--skip-bad`` cannot skip them): a truncated or corrupt
-``.gz``, bytes that are not UTF-8, invalid or truncated JSON, no top-level ``data`` list. Unit
+``.gz`` (the shared ``corrupt-gzip`` error of :func:`data_prep.io.open_binary`), an empty file
+(``empty input file: no records``), bytes that are not UTF-8, invalid or truncated JSON, no
+top-level ``data`` list. Unit
 problems go to the ``rejects`` policy; with ``skip_bad`` the unit is skipped, counted, and its
 JSON text kept unchanged in the rejects file:
 
@@ -65,19 +67,17 @@ line and the exact text of the bad unit.
 from __future__ import annotations
 
 import bisect
-import gzip
 import json
 import json.decoder
 import json.scanner
 import logging
 import os
 import re
-import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..io import DataError, Rejects, open_binary, require_path
+from ..io import DataError, Rejects, empty_file_error, open_binary, require_path
 from ..records import Passage, QueryExample
 from . import Source, register_format
 from .common import OnceRejects, id_str, reject_or_raise, stable_id
@@ -118,12 +118,8 @@ class _Bad(Exception):
 
 def _load(path: Path) -> tuple[str, Any]:
     """The file's text and parsed JSON; every failure is a :class:`DataError` naming the file."""
-    try:
-        with open_binary(path) as f:
-            data = f.read()
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        what = "not gzip data" if str(e).startswith("Not a gzipped file") else "the gzip data is truncated or corrupt"
-        raise DataError(path, None, f"cannot decompress: {what} ({e})", "invalid-gzip") from None
+    with open_binary(path) as f:  # a truncated or corrupt .gz raises DataError (corrupt-gzip) here
+        data = f.read()
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -132,7 +128,7 @@ def _load(path: Path) -> tuple[str, Any]:
     if text.startswith("\ufeff"):
         text = text[1:]
     if not text.strip():
-        raise DataError(path, None, "empty file (expected SQuAD JSON)", "invalid-json")
+        raise empty_file_error(path, "expected SQuAD JSON")
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as e:
