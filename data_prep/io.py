@@ -150,8 +150,8 @@ class _CheckedGzip:
 
     ``gzip`` reports damage only when the read reaches it: ``EOFError`` for a file cut short,
     ``BadGzipFile`` (CRC or length mismatch, not gzip at all) or ``zlib.error`` for corrupt data.
-    Reads are done in pieces of at most :attr:`PIECE` bytes so the line count stays close to the
-    damage.
+    Reads are done in pieces of at most :attr:`PIECE` bytes, one decompression step each, so all
+    the data before the damage is delivered and counted: the line reported is the damaged one.
     """
 
     PIECE = 1 << 13
@@ -182,7 +182,8 @@ class _CheckedGzip:
         left = -1 if size is None or size < 0 else size
         try:
             while left != 0:
-                data = self._f.read(self.PIECE if left < 0 else min(left, self.PIECE))
+                # read1: one decompression step a call, so everything before the damage is delivered
+                data = self._f.read1(self.PIECE if left < 0 else min(left, self.PIECE))
                 if not data:
                     break
                 parts.append(self._got(data))

@@ -472,7 +472,7 @@ def run_mining(
     where = ", ".join(source.files) or source.name
 
     def corpus() -> Iterator[Passage]:  # nothing to index: say why (all rejected, or none) naming the input
-        return require_records(source.corpus(), where, rejects, "passages to index", lambda: "the corpus is empty")
+        return require_records(source.corpus(), where, rejects, "passages to index")
 
     index = open_index(index_dir, corpus, cfg.tokenizer, cfg.engine, cfg.bm25, cfg.show_progress)
     work = out / "work"

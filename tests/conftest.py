@@ -78,9 +78,11 @@ def tiny_t5(tmp_path_factory, sample_texts) -> Path:
     corpus = d / "corpus.txt"
     extra = ["Query: Document: Relevant: true false [SEP]"] * 50
     corpus.write_text("\n".join(sample_texts + extra) + "\n", encoding="utf-8")
+    # "▁true" / "▁false" (with the word-start mark) as pieces, as in the real T5 vocabulary: bare
+    # "true" symbols tokenise as ["▁", "true"] under transformers >= 5.25.
     spm.SentencePieceTrainer.train(
         input=str(corpus), model_prefix=str(d / "spiece"), vocab_size=1000, model_type="unigram",
-        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, user_defined_symbols=["true", "false"],
+        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, user_defined_symbols=["▁true", "▁false"],
         character_coverage=1.0, minloglevel=2,
     )
     corpus.unlink()
