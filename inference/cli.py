@@ -1,9 +1,9 @@
 """``python -m inference``: score with an export of any task, or evaluate it on labelled data.
 
     python -m inference score --model DIR --input pairs.jsonl --output scores.jsonl \\
-        [--format F] [--overwrite] [--skip-bad] [--batch-tokens N] [--bf16]
+        [--format F] [--overwrite] [--skip-bad] [--skip-empty-passages] [--batch-tokens N] [--bf16]
     python -m inference evaluate --model DIR --data dev.pairs.jsonl --output-json metrics.json \\
-        [--format F] [--plots DIR] [--two-tier]
+        [--format F] [--plots DIR] [--two-tier] [--skip-empty-passages]
 
 What a row's output and the metrics are depends on the export's task:
 
@@ -16,7 +16,7 @@ What a row's output and the metrics are depends on the export's task:
   sentence pairs (``pairs``, grouped by passage).
 
 Input (``--format auto``, the default, looks at the file's first line,
-:func:`data_prep.readers.simple.detect_format`):
+:func:`data_prep.readers.simple.detect_format`), read by :func:`data_prep.readers.rows.open_pair_rows`:
 
 * ``pairs``: our :class:`~data_prep.records.LabelledPair` JSONL (``docs/data.md``);
 * ``simple``: one ``{"query": str, "passage": str | {"title", "text", "id"}}`` object a line, with
@@ -30,8 +30,15 @@ Input (``--format auto``, the default, looks at the file's first line,
 Bad input: a row that cannot be read, or whose query or passage is empty, is a bad row, reported as
 ``file:line: what is wrong`` (the run stops; nothing is written). With ``--skip-bad`` such rows are
 skipped, counted, and kept unchanged in ``<output>.rejects/``. Empty queries and passages are
-*rejected*, not scored: there is no relevance to score. A passage longer than the model's limit is
-truncated on the passage side (never the query) and counted in the summary.
+*rejected*, not scored: there is no relevance to score. The one exception is CRAG's evaluator
+file, whose official test split has lines with an empty passage (``question [SEP] <TAB>0``: the
+retrieval returned nothing). The paper scores every line, and so do we by default: the query with
+an empty passage (a BERT cross-encoder sees ``[CLS] query [SEP] [SEP]``; an extractor finds no
+sentence in it); ``--skip-empty-passages`` leaves them out.
+Either way they are counted: ``"empty_passages": {"n", "policy": "scored" | "skipped"}`` in the
+metrics JSON and ``meta.json``, and in the printed summary; metrics are over every line scored.
+A passage longer than the model's limit is truncated on the passage side (never the query) and
+counted in the summary.
 
 Outputs are written atomically (a crash leaves the previous file or none) and an existing output
 is refused unless ``--overwrite``. ``score`` writes ``<output>.meta.json`` (counts, truncations,
@@ -53,8 +60,8 @@ import numpy as np
 from tqdm import tqdm
 
 from data_prep.io import DataError, MissingInputError, Rejects, atomic_write, require_path, write_json
-from data_prep.records import LabelledPair
-from data_prep.readers.simple import SENTENCES, SIMPLE, PairRow, SentenceRow, detect_format, read_sentence_rows, read_simple
+from data_prep.readers.rows import READER_OPTIONS, PairRow, PairRows, open_pair_rows, resolve_format
+from data_prep.readers.simple import SENTENCES, SentenceRow, read_sentence_rows
 
 from .decisions import action_of
 from .loading import ExportError, load
@@ -62,7 +69,6 @@ from .metrics import evaluate_scores, expected_calibration_error, extraction_met
 
 logger = logging.getLogger(__name__)
 
-READER_OPTIONS = ("corpus", "queries", "qrels", "split", "rule", "fix_mojibake")
 Row = PairRow
 
 
@@ -70,34 +76,31 @@ Row = PairRow
 # input
 
 
-def _pair_row(p: LabelledPair) -> Row:
-    return Row(p.query, p.passage, p.query_id, p.passage.id, p.label)
-
-
 def input_format(args: argparse.Namespace, path: Path) -> str:
-    require_path(path, "input file")
-    return args.format if args.format != "auto" else detect_format(path)
+    return resolve_format(path, args.format)
 
 
-def open_rows(args: argparse.Namespace, path: Path, rejects: Rejects | None, fmt: str | None = None) -> tuple[str, Iterator[Row]]:
-    """The input's format and its rows."""
+def empty_passage_policy(args: argparse.Namespace) -> str:
+    """CRAG evaluator lines with an empty passage: scored (``keep``, the default: the paper scores
+    every line) or left out (``--skip-empty-passages``); counted either way."""
+    return "skip" if getattr(args, "skip_empty_passages", False) else "keep"
+
+
+def open_rows(args: argparse.Namespace, path: Path, rejects: Rejects | None, fmt: str | None = None) -> tuple[str, PairRows]:
+    """The input's format and its rows (:func:`data_prep.readers.rows.open_pair_rows` with the
+    command line's format, reader options and empty-passage policy)."""
     fmt = fmt or input_format(args, path)
-    extra = {k: getattr(args, k) for k in READER_OPTIONS if getattr(args, k, None) not in (None, False)}
-    if fmt in (SIMPLE, SENTENCES):
-        if extra:
-            raise ValueError(f"format {fmt!r} does not take {', '.join('--' + k.replace('_', '-') for k in extra)}")
-        if fmt == SENTENCES:
-            raise ValueError(f"{path}: format 'sentences' (gold key sentences) is for evaluating an extractor export")
-        return fmt, read_simple(path, rejects)
-    from data_prep.convert import reader_kwargs
-    from data_prep.readers import FORMATS, load_all
-    from data_prep.readers.common import open_pairs
+    options = {k: getattr(args, k, None) for k in READER_OPTIONS}
+    if fmt == SENTENCES:
+        given = [k for k, v in options.items() if v not in (None, False)]
+        if given:
+            raise ValueError(f"format {fmt!r} does not take {', '.join('--' + k.replace('_', '-') for k in given)}")
+        raise ValueError(f"{path}: format 'sentences' (gold key sentences) is for evaluating an extractor export")
+    return open_pair_rows(path, fmt, rejects, empty_passages=empty_passage_policy(args), **options)
 
-    load_all()
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; known formats: auto, {SIMPLE}, {', '.join(sorted(FORMATS))}")
-    ns = argparse.Namespace(input=str(path), format=fmt, to="pairs", **{k: getattr(args, k, None) for k in READER_OPTIONS})
-    return fmt, (_pair_row(p) for p in open_pairs(fmt, **reader_kwargs(ns, rejects)))
+
+def empty_passage_summary(rows: PairRows) -> dict[str, Any]:
+    return {"n": rows.empty_passages, "policy": "skipped" if rows.policy == "skip" else "scored"}
 
 
 def chunks(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
@@ -135,8 +138,17 @@ def _load_model(args: argparse.Namespace):
 
 
 def _score_rows(model, rows: list[Row]) -> tuple[np.ndarray, np.ndarray, Any]:
-    """Calibrated and raw probabilities of ``rows`` and the truncation counts."""
-    return model.score_texts(*model.texts((r.query, r.passage) for r in rows))
+    """Calibrated and raw probabilities of ``rows`` and the truncation counts.
+
+    A kept empty passage (``""``, a CRAG line whose retrieval returned nothing) is scored as the
+    query with nothing in the passage's place of the export's input template (a BERT cross-encoder
+    sees ``[CLS] query [SEP] [SEP]``): the model's own checks (``model.texts`` /
+    ``model.passage_text``) refuse an empty passage, so it goes to ``score_texts`` as it is."""
+    queries, passages = [], []
+    for i, r in enumerate(rows):
+        queries.append(model.check_query(r.query, f"pair {i}"))
+        passages.append("" if r.passage == "" else model.passage_text(r.passage, f"pair {i}"))
+    return model.score_texts(queries, passages)
 
 
 def _thresholds(model, args: argparse.Namespace) -> tuple[float, float | None, str]:
@@ -187,9 +199,12 @@ def score_file(args: argparse.Namespace) -> dict[str, Any]:
         with atomic_write(out) as f, _progress("scoring", args.no_progress) as bar:
             for chunk in chunks(rows, args.chunk_size):
                 lines = []
-                if extractor:
-                    kept = model.extract_many([(r.query, r.passage) for r in chunk], args.top_k, args.min_score)
-                    for r, ks in zip(chunk, kept):
+                if extractor:  # an empty passage has no sentences
+                    full = [r for r in chunk if r.passage != ""]
+                    got = dict(zip(map(id, full), model.extract_many([(r.query, r.passage) for r in full], args.top_k,
+                                                                     args.min_score)))
+                    for r in chunk:
+                        ks = got.get(id(r), [])
                         sentences += len(ks)
                         lines.append(json.dumps({"index": n, "query_id": r.query_id, "passage_id": r.passage_id,
                                                  "sentences": [k.to_dict() for k in ks]}, ensure_ascii=False))
@@ -214,14 +229,15 @@ def score_file(args: argparse.Namespace) -> dict[str, Any]:
                     f.write("\n".join(lines) + "\n")
                 bar.update(len(chunk))
             if n == 0:  # inside the atomic write: nothing is left behind
-                raise DataError(inp, None, "no rows to score" + (f" ({rejects.total} rejected)" if rejects else ""),
-                                "empty")
+                why = [f"{rejects.total} rejected"] if rejects else []
+                why += [f"{rows.empty_passages} empty passages skipped"] if rows.empty_passages else []
+                raise DataError(inp, None, "no rows to score" + (f" ({'; '.join(why)})" if why else ""), "empty")
     finally:
         if rejects is not None:
             rejects.close()
     seconds = time.time() - t0
     summary = {"input": str(inp), "format": fmt, "output": str(out), "rows": n, "pairs": n,
-               **_common_summary(model, args, rejects, rdir)}
+               "empty_passages": empty_passage_summary(rows), **_common_summary(model, args, rejects, rdir)}
     if extractor:
         d = model.decision
         summary.update({"sentences_kept": sentences,
@@ -240,16 +256,22 @@ def score_file(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+def _empty_note(summary: dict[str, Any]) -> str:
+    e = summary["empty_passages"]
+    return f"{e['n']} {e['policy']}"
+
+
 def run_score(args: argparse.Namespace) -> int:
     s = score_file(args)
     if s["task"] == "extractor":
         print(f"extracted {s['sentences_kept']} key sentences from {s['rows']} passages into {s['output']} "
-              f"({s['pairs_per_s']} passages/s)")
+              f"({s['pairs_per_s']} passages/s); empty passages: {_empty_note(s)}")
     else:
         what = s.get("actions") or s.get("decisions")
         print(f"scored {s['pairs']} pairs into {s['output']} ({s['pairs_per_s']} pairs/s); "
               f"{'actions' if 'actions' in s else 'decisions'}: {', '.join(f'{k} {v}' for k, v in what.items())}; "
-              f"passages truncated to {s['max_length']} tokens: {s['passages_truncated']}")
+              f"passages truncated to {s['max_length']} tokens: {s['passages_truncated']}; "
+              f"empty passages: {_empty_note(s)}")
     if args.skip_bad:
         rej = s["rejected"]
         reasons = ", ".join(f"{k}: {v}" for k, v in rej["by_reason"].items()) or "none"
@@ -296,7 +318,8 @@ def _evaluate_pairs(args, model, data: Path, out: Path) -> dict[str, Any]:
         if rejects is not None:
             rejects.close()
     if not labels:
-        raise DataError(data, None, "no pairs to evaluate", "empty")
+        why = f" ({rows.empty_passages} empty passages skipped)" if rows.empty_passages else ""
+        raise DataError(data, None, f"no pairs to evaluate{why}", "empty")
     probs_a, raw_a = np.concatenate(probs), np.concatenate(raw)
     evaluator = model.task == "evaluator"
     metrics = evaluate_scores(probs_a, labels, hi, lo, query_ids=qids, actions=evaluator)
@@ -311,7 +334,8 @@ def _evaluate_pairs(args, model, data: Path, out: Path) -> dict[str, Any]:
         metrics["decision_threshold"] = {"name": "threshold", "value": hi, "source": source,
                                          "rule": "a passage holds the answer when its calibrated score >= threshold"}
     metrics["raw"] = {"auc": roc_auc(raw_a, labels), "ece": expected_calibration_error(raw_a, labels)}
-    metrics.update({"data": str(data), "format": fmt, "passages_truncated": truncated,
+    metrics.update({"data": str(data), "format": fmt, "empty_passages": empty_passage_summary(rows),
+                    "passages_truncated": truncated,
                     **_common_summary(model, args, rejects, rdir), "seconds": round(time.time() - t0, 3)})
     if args.plots:
         marks = {"theta_high": hi, "theta_low": lo} if evaluator else {"threshold": hi}
@@ -417,7 +441,8 @@ def run_evaluate(args: argparse.Namespace) -> int:
         print(f"metrics in {args.output_json}")
         return 0
     keys = ("n", "positives", "accuracy", "precision", "recall", "f1", "auc", "ece", "mrr@10", "ndcg@10")
-    print(", ".join(f"{k} {m[k]:.4f}" if isinstance(m[k], float) else f"{k} {m[k]}" for k in keys if m.get(k) is not None))
+    print(", ".join(f"{k} {m[k]:.4f}" if isinstance(m[k], float) else f"{k} {m[k]}" for k in keys if m.get(k) is not None)
+          + f"; empty passages: {_empty_note(m)}")
     print(f"accuracy at {m['decision_threshold']['name']} = {m['decision_threshold']['value']:.4f}; "
           f"metrics in {args.output_json}")
     return 0
@@ -440,6 +465,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fix-mojibake", action="store_true", help="repair UTF-8 read as Latin-1 (MS MARCO)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     p.add_argument("--skip-bad", action="store_true", help="skip bad rows; keep them in <output>.rejects/")
+    p.add_argument("--skip-empty-passages", action="store_true",
+                   help="crag-evaluator: leave out lines with an empty passage (default: score them, as the paper "
+                        "does); counted either way")
     p.add_argument("--batch-tokens", type=int, default=None, help="padded tokens per forward pass (default per device)")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast where the device supports it")
     p.add_argument("--device", default=None, help="cuda, mps, cpu, cuda:1, ... (default: CUDA, then MPS, then CPU)")

@@ -51,6 +51,7 @@ def test_evaluator_source_groups_a_question_and_writer_round_trips(tmp_path):
         ("who is he [SEP] a passage\t-1", r"label '-1' is not 0 or 1", "invalid-label"),
         ("who is he - a passage\t1", r"missing ' \[SEP\] ' between question and passage", "missing-sep"),
         ("who is he [SEP]  \t1", r"empty passage", "empty-passage"),
+        ("who is he [SEP]\t1", r"empty passage", "empty-passage"),  # the official empty passage, stripped
         (" [SEP] a passage\t0", r"empty query", "empty-query"),
     ],
 )

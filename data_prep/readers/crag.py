@@ -12,6 +12,15 @@ Formats
     writer already replaced newlines and tabs by spaces; for PopQA it carries no title).
     Label source ``title-match``: that is how CRAG labelled it. Consecutive lines of one question
     form one query example.
+
+    Empty passages: the official test file has lines whose retrieval returned nothing, written
+    ``question + " [SEP] " + "" + "\t" + label`` (``question [SEP] <TAB>0``; a copy whose lines
+    were stripped may read ``question [SEP]<TAB>0``: both forms are recognised). What becomes of
+    them is an ``empty_passages`` policy: ``"error"`` (the default, and what training readers
+    use: a bad row, kind ``empty-passage``, since a :class:`~data_prep.records.Passage` needs
+    text), ``"keep"`` (:func:`read_evaluator_lines` gives the line with passage ``""``: a
+    retrieval failure to be scored, as the paper scores every line) or ``"skip"`` (left out and
+    counted, by :func:`read_evaluator_pairs` and :func:`data_prep.readers.rows.open_pair_rows`).
 ``popqa``
     PopQA with retrieved contexts as Self-RAG distributes it (``popqa_longtail_w_gs.jsonl``):
     ``question``, ``answers`` (a list, or PopQA's ``possible_answers``, a JSON string of a list),
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import os
+from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from ..io import STRICT, DataError, Rejects, atomic_write, iter_lines, parse_rows, require_path
@@ -53,6 +63,8 @@ logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike
 SEP = " [SEP] "
+#: what becomes of a line with an empty passage (see the module docstring)
+EMPTY_PASSAGES = ("error", "keep", "skip")
 RULES = {"title-match": "title-match", "answer": "answer-match"}
 
 
@@ -60,7 +72,32 @@ RULES = {"title-match": "title-match", "answer": "answer-match"}
 # the official evaluator pair file
 
 
-def _evaluator_line(path: PathLike, n: int, text: str) -> LabelledPair:
+@dataclass(frozen=True)
+class EvaluatorLine:
+    """One line of CRAG's evaluator file: ``passage`` is ``""`` where the file has none (policy ``keep``)."""
+
+    line: int
+    question: str
+    passage: str
+    label: float
+
+
+def check_empty_passages(policy: str) -> str:
+    if policy not in EMPTY_PASSAGES:
+        raise ValueError(f"unknown empty-passage policy {policy!r}; choose one of {', '.join(EMPTY_PASSAGES)}")
+    return policy
+
+
+def _split_content(path: PathLike, n: int, content: str) -> tuple[str, str]:
+    if SEP in content:
+        question, passage = content.split(SEP, 1)
+        return question, passage
+    if content.rstrip().endswith(SEP.rstrip()):  # "question [SEP]": an empty passage whose space was stripped
+        return content.rstrip()[: -len(SEP.rstrip())], ""
+    raise DataError(path, n, "missing ' [SEP] ' between question and passage", "missing-sep")
+
+
+def _evaluator_line(path: PathLike, n: int, text: str, empty_passages: str = "error") -> EvaluatorLine:
     fields = text.split("\t")
     if len(fields) != 2:
         raise DataError(
@@ -69,23 +106,49 @@ def _evaluator_line(path: PathLike, n: int, text: str) -> LabelledPair:
     content, label = fields
     if label.strip() not in ("0", "1"):
         raise DataError(path, n, f"label {label.strip()!r} is not 0 or 1", "invalid-label")
-    if SEP not in content:
-        raise DataError(path, n, "missing ' [SEP] ' between question and passage", "missing-sep")
-    question, passage = content.split(SEP, 1)
+    question, passage = _split_content(path, n, content)
     question = check_text(path, n, question, "query")
-    passage = check_text(path, n, passage, "passage")
-    return LabelledPair(
-        query_id=text_query_id(question),
-        query=question,
-        passage=Passage(stable_id("", passage), passage),
-        label=float(label.strip()),
-        label_source="title-match",
-    )
+    if empty_passages == "keep" and not passage.strip():
+        passage = ""
+    else:
+        passage = check_text(path, n, passage, "passage")
+    return EvaluatorLine(n, question, passage, float(label.strip()))
 
 
-def read_evaluator_pairs(path: PathLike, rejects: Rejects | None = None) -> Iterator[LabelledPair]:
-    """Stream CRAG's ``question [SEP] passage<TAB>label`` file as labelled pairs."""
-    yield from parse_rows(path, iter_lines(path, rejects), lambda n, text: _evaluator_line(path, n, text), rejects)
+def read_evaluator_lines(path: PathLike, rejects: Rejects | None = None, empty_passages: str = "error") -> Iterator[EvaluatorLine]:
+    """Stream CRAG's ``question [SEP] passage<TAB>label`` file line by line; an empty passage is a
+    bad row (``"error"``) or kept as ``""`` (``"keep"``). To leave them out, keep them and drop
+    them where they can be counted (:func:`read_evaluator_pairs`,
+    :func:`data_prep.readers.rows.open_pair_rows`)."""
+    if check_empty_passages(empty_passages) == "skip":
+        raise ValueError("read_evaluator_lines keeps or refuses empty passages; skip them where they are counted")
+    yield from parse_rows(path, iter_lines(path, rejects), lambda n, text: _evaluator_line(path, n, text, empty_passages),
+                          rejects)
+
+
+def read_evaluator_pairs(path: PathLike, rejects: Rejects | None = None, empty_passages: str = "error") -> Iterator[LabelledPair]:
+    """Stream CRAG's ``question [SEP] passage<TAB>label`` file as labelled pairs.
+
+    ``empty_passages``: ``"error"`` (a bad row, kind ``empty-passage``) or ``"skip"`` (left out,
+    and counted in the log); a labelled pair cannot hold an empty passage, so ``"keep"`` is
+    :func:`read_evaluator_lines`' alone."""
+    if check_empty_passages(empty_passages) == "keep":
+        raise ValueError("a LabelledPair needs passage text: read empty passages with read_evaluator_lines "
+                         "(or data_prep.readers.rows.open_pair_rows)")
+    skipped = 0
+    for ln in read_evaluator_lines(path, rejects, "keep" if empty_passages == "skip" else "error"):
+        if not ln.passage:
+            skipped += 1
+            continue
+        yield LabelledPair(
+            query_id=text_query_id(ln.question),
+            query=ln.question,
+            passage=Passage(stable_id("", ln.passage), ln.passage),
+            label=ln.label,
+            label_source="title-match",
+        )
+    if skipped:
+        logger.info("%s: left out %d lines with an empty passage", path, skipped)
 
 
 def write_evaluator_pairs(path: PathLike, pairs: Iterable[LabelledPair]) -> int:

@@ -28,7 +28,9 @@ SENTENCES = "sentences"
 
 @dataclass
 class PairRow:
-    """One (query, passage) to score, whatever the input format; ``label`` may be unknown."""
+    """One (query, passage) to score, whatever the input format; ``label`` may be unknown. The
+    passage is ``""`` only for an empty passage kept on purpose (a CRAG evaluator line read with
+    ``empty_passages="keep"``, :func:`data_prep.readers.rows.open_pair_rows`)."""
 
     query: str
     passage: str | Passage
@@ -172,8 +174,8 @@ def detect_format(path: str | Path) -> str:
                 return SENTENCES
             if isinstance(obj, dict) and "query" in obj and "passage" in obj:
                 return SIMPLE
-        elif " [SEP] " in text and "\t" in text:
-            return "crag-evaluator"
+        elif "\t" in text and (" [SEP] " in text or text.split("\t")[0].rstrip().endswith(" [SEP]")):
+            return "crag-evaluator"  # the second form: a first line with an empty passage, stripped
         break
     raise DataError(path, None, "cannot tell the input format from the first line; pass --format "
                     "(pairs, simple, sentences, crag-evaluator, or another reader format)", "unknown-format")
