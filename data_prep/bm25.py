@@ -151,8 +151,10 @@ class CorpusStore:
                 yield Passage.from_dict(json.loads(line))
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
+        fd, self._fd = getattr(self, "_fd", None), None  # idempotent: never close a reused descriptor number
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def __del__(self) -> None:  # pragma: no cover - best effort
         self.close()

@@ -69,6 +69,8 @@ class TrainConfig:
     max_train_examples: int | None = opt(None, "Cap on training examples (after shuffling with the seed).")
     max_dev_examples: int | None = opt(None, "Cap on dev pairs for the periodic evaluation during training (whole queries are kept).")
     max_calibration_examples: int | None = opt(None, "Cap on dev pairs for the final calibration, thresholds and the dev metrics in the manifest (whole queries are kept). Default: the whole dev split, since a small split makes the thresholds noisy.")
+    train_mix: list[dict[str, Any]] = opt([], "Train on a weighted mix of sources instead of train_file/dataset_dir: a list of {name, file | dataset_dir, weight, dev_file, dev_ratio, max_examples}. file: LabelledPair JSONL (pointwise losses) or QueryExample groups JSONL (group-ce); dataset_dir: a built dataset (its task folder's train.pairs.jsonl / train.groups.jsonl and dev.pairs.jsonl). weight (default 1, > 0): the source's share of the training stream after normalising the weights. Dev pairs: dev_file, else the dataset_dir's dev split, else dev_ratio (hold out that share of the source's queries by a hash of query_id: no query in both train and dev); the sources' dev pairs are pooled for evaluation, calibration and the decision, and the manifest adds dev metrics per source. max_examples caps a source (seeded) before mixing. Mixing: source i gives round(mix_size * weight_i / sum of weights) examples, sampled without replacement when it has enough, else all of them repeated as needed plus a seeded sample of the rest (upsampling); the mix is shuffled with seed.")
+    mix_size: int | None = opt(None, "train_mix: examples (pairs, or groups for group-ce) in the mixed training set. Default: the sum of the sources' sizes after their dev hold-out and max_examples caps.")
 
     # --- loss --------------------------------------------------------------------------
     loss: str = opt("bce", "bce | group-ce (1 positive + k negatives, softmax over the group) | soft-bce | mse (soft labels, e.g. LLM) | crag-mse (raw output vs -1/+1, the official CRAG loss).")
@@ -158,8 +160,17 @@ class TrainConfig:
             bad("pos_weight", "must be > 0")
         if self.eval_steps > 0 and self.save_steps % self.eval_steps:
             bad("save_steps", f"must be a multiple of eval_steps ({self.eval_steps}) so the best checkpoint can be kept")
-        if self.train_file is None and self.dataset_dir is None:
-            bad("train_file", "set train_file or dataset_dir")
+        if self.train_mix is None:  # `train_mix:` with no value in a recipe
+            self.train_mix = []
+        if self.train_mix or not isinstance(self.train_mix, list):
+            check_mix(bad, self)
+        elif self.train_file is None and self.dataset_dir is None:
+            bad("train_file", "set train_file or dataset_dir (or train_mix)")
+        if self.mix_size is not None:
+            if not self.train_mix:
+                bad("mix_size", "only used with train_mix")
+            if isinstance(self.mix_size, bool) or not isinstance(self.mix_size, int) or self.mix_size < 1:
+                bad("mix_size", f"must be an integer >= 1, got {self.mix_size!r}")
         metrics = (*RANKED_METRICS, "loss")
         if self.metric_for_best_model not in metrics:
             bad("metric_for_best_model", f"{self.metric_for_best_model!r} is not one of {', '.join(metrics)}")
@@ -170,6 +181,73 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {"task": self.TASK, **asdict(self)}
+
+
+#: the keys of one train_mix source (see TrainConfig.train_mix)
+MIX_KEYS = ("name", "file", "dataset_dir", "weight", "dev_file", "dev_ratio", "max_examples")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def check_mix(bad, cfg: TrainConfig) -> None:
+    """Validate ``cfg.train_mix`` (each message starts ``config 'train_mix':``)."""
+
+    def fail(why: str) -> None:
+        bad("train_mix", why)
+
+    mix = cfg.train_mix
+    if not isinstance(mix, list):
+        fail(f"must be a list of sources ({{name, file or dataset_dir, weight, ...}}), got {type(mix).__name__}")
+    for key in ("train_file", "dev_file", "dataset_dir"):
+        if getattr(cfg, key) is not None:
+            fail(f"cannot be combined with {key} (each source names its own files; unset {key}, e.g. --{key} null)")
+    if cfg.max_train_examples is not None:
+        fail("cannot be combined with max_train_examples (use mix_size, or a source's max_examples)")
+    names: set[str] = set()
+    has_dev = False
+    for i, src in enumerate(mix, 1):
+        if not isinstance(src, dict):
+            fail(f"source {i} must be a mapping of {', '.join(MIX_KEYS)}, got {type(src).__name__}")
+        name = src.get("name")
+        if not isinstance(name, str) or not name.strip():
+            fail(f"source {i} has no name (each source needs a unique name: it labels the logs and the manifest)")
+        what = f"source {name!r}"
+        unknown = [k for k in src if k not in MIX_KEYS]
+        if unknown:
+            close = difflib.get_close_matches(str(unknown[0]), MIX_KEYS, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            fail(f"{what} has unknown key '{unknown[0]}'{hint}; a source takes {', '.join(MIX_KEYS)}")
+        if name in names:
+            fail(f"duplicate source name {name!r} (names must be unique)")
+        names.add(name)
+        for k in ("file", "dataset_dir", "dev_file"):
+            if k in src and (not isinstance(src[k], str) or not src[k].strip()):
+                fail(f"{what}: {k} must be a path, got {src[k]!r}")
+        if ("file" in src) == ("dataset_dir" in src):
+            fail(f"{what} needs either file or dataset_dir" if "file" not in src else
+                 f"{what} has both file and dataset_dir; give one")
+        weight = src.get("weight", 1.0)
+        if not _number(weight) or weight <= 0:
+            fail(f"{what}: weight must be a number > 0, got {weight!r}")
+        if "dev_ratio" in src:
+            r = src["dev_ratio"]
+            if not _number(r) or not 0 < r < 1:
+                fail(f"{what}: dev_ratio must be in (0, 1), got {r!r}")
+            if "dev_file" in src:
+                fail(f"{what} has both dev_file and dev_ratio; give one")
+            if "dataset_dir" in src:
+                fail(f"{what}: dev_ratio is for a file without a dev split; a dataset_dir brings its dev.pairs.jsonl "
+                     "(to split its training file instead, give it as file: DIR/<task>/train.pairs.jsonl)")
+        if "max_examples" in src:
+            m = src["max_examples"]
+            if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+                fail(f"{what}: max_examples must be an integer >= 1, got {m!r}")
+        has_dev = has_dev or any(k in src for k in ("dev_file", "dev_ratio", "dataset_dir"))
+    if not has_dev:
+        fail("no source has dev pairs: give one a dev_file or a dev_ratio (evaluation, calibration and the decision "
+             "need dev pairs)")
 
 
 def _unit(bad, cfg, *keys: str, open_low: bool = False) -> None:

@@ -4,6 +4,11 @@ scripts call (and tests call directly): :func:`train_model`.
 The task (``cfg.TASK``: evaluator, answer_classifier or extractor) decides where the data comes
 from (its ``data_prep build`` folder), how the decision is fitted on the dev scores and which dev
 metrics the manifest records (:mod:`training.tasks`); everything else is shared.
+
+The data is one training file and one dev file (``train_file`` / ``dataset_dir``), or a weighted
+mix of sources (``train_mix``, :func:`training.data.load_mix`) whose dev pairs are pooled for
+evaluation, calibration and the decision; the manifest then records each source's data and dev
+metrics.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -25,8 +31,8 @@ from inference.plots import write_plots
 
 from . import fitting
 from .config import ExtractorConfig, TrainConfig
-from .data import (Collator, DataProblem, EncodedGroups, EncodedPairs, check_labels, load_groups, load_pairs,
-                   resolve_data_files)
+from .data import (MIX_TAG, Collator, DataProblem, EncodedGroups, EncodedPairs, Mix, check_labels, load_groups,
+                   load_mix, load_pairs, resolve_data_files, sample_pairs)
 from .export import git_commit, package_version, save_model_weights, write_export
 from .modeling import apply_lora, attention_dropout_kwargs
 from .tasks import TRAINING_TASKS, dev_metrics, plot_thresholds
@@ -81,13 +87,58 @@ def serving_logits(model, tokenizer, spec: ModelSpec, label_ids, pairs, device) 
                          progress=True, desc="calibration")[0]
 
 
-def _meta_info(cfg: TrainConfig, train_file: str) -> dict[str, Any]:
-    for base in ([Path(cfg.dataset_dir)] if cfg.dataset_dir else []) + [Path(train_file).parent.parent, Path(train_file).parent]:
+def _meta_info(dataset_dir: str | None, train_file: str) -> dict[str, Any]:
+    for base in ([Path(dataset_dir)] if dataset_dir else []) + [Path(train_file).parent.parent, Path(train_file).parent]:
         meta = base / "meta.json"
         if meta.exists():
             info = json.loads(meta.read_text(encoding="utf-8"))
             return {"meta_file": str(meta), "meta_sha256": file_sha256(meta), "counts": info.get("counts")}
     return {}
+
+
+def mix_provenance(mix: Mix, calib_pairs) -> dict[str, Any]:
+    """``training.data.sources`` of the manifest: per train_mix source, its files and hashes, the
+    examples it had and gave, its weight, and its pairs in the calibration (dev) set."""
+    dev_counts: dict[str, int] = {}
+    for p in calib_pairs:
+        dev_counts[p.metadata[MIX_TAG]] = dev_counts.get(p.metadata[MIX_TAG], 0) + 1
+    out = {}
+    for s in mix.sources:
+        info: dict[str, Any] = {"train_file": s.train_file, "train_sha256": file_sha256(s.train_file)}
+        if s.dev_ratio:
+            info.update(dev_ratio=s.dev_ratio, held_out_queries=s.held_out_queries)
+        else:
+            info.update(dev_file=s.dev_file, dev_sha256=file_sha256(s.dev_file) if s.dev_file else None)
+        info.update(weight=s.weight, share=s.weight / mix.total_weight, examples_read=s.examples_read,
+                    examples_available=len(s.examples), examples_taken=s.taken, repeats=s.repeats,
+                    dev_pairs=dev_counts.get(s.name, 0), **_meta_info(s.dataset_dir, s.train_file))
+        out[s.name] = info
+    return out
+
+
+def metrics_by_source(cfg: TrainConfig, decision, probs: np.ndarray, labels: np.ndarray, ds: EncodedPairs,
+                      names: list[str]) -> dict[str, Any]:
+    """The task's dev metrics on each train_mix source's share of the calibration pairs (calibrated
+    scores, the decision fitted on the pooled dev); a source whose pairs are all of one class is
+    skipped and noted."""
+    by, skipped = {}, {}
+    for name in names:
+        idx = np.asarray([i for i, s in enumerate(ds.sources) if s == name], dtype=np.int64)
+        pos = int((labels[idx] >= 0.5).sum())
+        if len(idx) == 0 or pos in (0, len(idx)):
+            skipped[name] = ("no dev pairs" if len(idx) == 0 else
+                             f"{len(idx)} dev pairs, all {'positive' if pos else 'negative'} (metrics need both classes)")
+            logger.info("dev metrics of source %r skipped: %s", name, skipped[name])
+            continue
+        view = SimpleNamespace(group_ids=[ds.group_ids[i] for i in idx],
+                               sentence_index=[ds.sentence_index[i] for i in idx])
+        by[name] = dev_metrics(cfg, decision, probs[idx], labels[idx], view)
+        logger.info("dev metrics of source %r: %d pairs (%d positive), auc %s, f1 %.4f", name, len(idx), pos,
+                    "n/a" if by[name]["auc"] is None else f"{by[name]['auc']:.4f}", by[name]["f1"])
+    out: dict[str, Any] = {"dev_by_source": by}
+    if skipped:
+        out["dev_by_source_skipped"] = skipped
+    return out
 
 
 def train_model(cfg: TrainConfig) -> TrainResult:
@@ -103,27 +154,42 @@ def train_model(cfg: TrainConfig) -> TrainResult:
     set_seed(cfg.seed)
 
     # --- data ------------------------------------------------------------------------------
-    train_file, dev_file = resolve_data_files(cfg)
+    # one training file and one dev file, or a weighted mix of sources with their pooled dev pairs
+    mix = load_mix(cfg) if cfg.train_mix else None
+    if mix is None:
+        train_file, dev_file = resolve_data_files(cfg)
+
+        def dev_sample(limit):
+            return load_pairs(dev_file, limit, cfg.seed, whole_queries=True)
+    else:
+        train_file = dev_file = "train_mix"
+
+        def dev_sample(limit):  # whole queries of a source; two sources may share query ids
+            return sample_pairs(mix.dev_pairs, limit, cfg.seed, whole_queries=True,
+                                key=lambda p: (p.metadata[MIX_TAG], p.query_id))
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     label_ids = label_token_ids(tokenizer, spec.label_tokens) if spec.head == "seq2seq" else None
     encoder = PairEncoder(tokenizer, spec)
-    dev_pairs = load_pairs(dev_file, cfg.max_dev_examples, cfg.seed, whole_queries=True)
+    dev_pairs = dev_sample(cfg.max_dev_examples)
     dev_pos, _ = check_labels([p.label for p in dev_pairs], "the dev split", dev_file)
     if cfg.loss == "group-ce":
-        groups = load_groups(train_file, cfg.group_size, cfg.max_train_examples, cfg.seed)
+        groups = mix.examples if mix else load_groups(train_file, cfg.group_size, cfg.max_train_examples, cfg.seed)
         train_ds = EncodedGroups(groups, encoder)
         n_train = len(groups)
     else:
-        pairs = load_pairs(train_file, cfg.max_train_examples, cfg.seed)
+        pairs = mix.examples if mix else load_pairs(train_file, cfg.max_train_examples, cfg.seed)
         check_labels([p.label for p in pairs], "the training set", train_file)
         train_ds = EncodedPairs(pairs, encoder)
         n_train = len(pairs)
+        soft = sum(1 for y in train_ds.labels if 0.0 < y < 1.0)
+        if soft:
+            logger.info("train: %d of %d pairs have soft labels (trained as given, loss %s)", soft, n_train, cfg.loss)
     dev_ds = EncodedPairs(dev_pairs, encoder)
     calib_pairs = dev_pairs
     if cfg.max_calibration_examples == cfg.max_dev_examples:
         calib_ds = dev_ds
     else:
-        calib_pairs = load_pairs(dev_file, cfg.max_calibration_examples, cfg.seed, whole_queries=True)
+        calib_pairs = dev_sample(cfg.max_calibration_examples)
         check_labels([p.label for p in calib_pairs], "the calibration part of the dev split", dev_file)
         calib_ds = EncodedPairs(calib_pairs, encoder)
     logger.info("train: %d examples from %s (%d passages truncated); dev: %d pairs (%d positive) from %s; "
@@ -177,6 +243,16 @@ def train_model(cfg: TrainConfig) -> TrainResult:
     metrics = dev_metrics(cfg, decision, probs, labels, calib_ds)
     raw_metrics = evaluate_scores(raw_probs, labels, 0.5, None, query_ids=calib_ds.group_ids, actions=False)
     calib_info = {**fitting.calibration_report(logits, labels, calib), "fitted_on": "dev", "dev_pairs": len(labels)}
+    all_metrics = {"dev": metrics, "dev_raw_at_0.5": raw_metrics}
+    if mix is None:
+        data_info = {"train_file": train_file, "train_sha256": file_sha256(train_file), "train_examples": n_train,
+                     "dev_file": dev_file, "dev_sha256": file_sha256(dev_file), "dev_pairs": len(labels),
+                     "passages_truncated": train_ds.stats.passages_truncated, **_meta_info(cfg.dataset_dir, train_file)}
+    else:
+        data_info = {"sources": mix_provenance(mix, calib_pairs), "mix_size": cfg.mix_size,
+                     "train_examples": n_train, "dev_pairs": len(labels),
+                     "passages_truncated": train_ds.stats.passages_truncated}
+        all_metrics.update(metrics_by_source(cfg, decision, probs, labels, calib_ds, [s.name for s in mix.sources]))
 
     manifest = Manifest(
         task=cfg.TASK,
@@ -185,7 +261,7 @@ def train_model(cfg: TrainConfig) -> TrainResult:
         calibration=calib,
         thresholds=decision,
         calibration_info=calib_info,
-        metrics={"dev": metrics, "dev_raw_at_0.5": raw_metrics},
+        metrics=all_metrics,
         package={"name": "crag-evaluators", "version": package_version(), "git_commit": git_commit()},
         sentence_max_chars=cfg.sentence_max_chars if isinstance(cfg, ExtractorConfig) else None,
         training={
@@ -196,9 +272,7 @@ def train_model(cfg: TrainConfig) -> TrainResult:
             "train_runtime": train_out.metrics.get("train_runtime"),
             "best_checkpoint": trainer.state.best_model_checkpoint,
             "best_metric": trainer.state.best_metric,
-            "data": {"train_file": train_file, "train_sha256": file_sha256(train_file), "train_examples": n_train,
-                     "dev_file": dev_file, "dev_sha256": file_sha256(dev_file), "dev_pairs": len(labels),
-                     "passages_truncated": train_ds.stats.passages_truncated, **_meta_info(cfg, train_file)},
+            "data": data_info,
         },
     )
 

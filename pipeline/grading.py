@@ -1,0 +1,125 @@
+"""Grading: the exported evaluator orders and grades the fused recall list, as CRAG's evaluator does.
+
+* Each of the first ``grade_k`` hits (default 5) gets the evaluator's calibrated score and CRAG's
+  action by the export's two thresholds (overridable; two-tier mode drops Ambiguous); the query's
+  action follows the paper: any Correct -> Correct; else any Ambiguous -> Ambiguous; else Incorrect.
+* With an answer-existence export, Correct and Ambiguous chunks it judges not to hold the answer
+  leave the evidence (``dropped_because`` says so); the query's action is the evaluator's, but a
+  query left with no chunk at all is treated as Incorrect (nothing can answer it).
+* An optional generation-friendliness score re-ranks the kept chunks: a length inside a band of
+  words, an answer-bearing sentence (the answer classifier's score when loaded), and the share of
+  the question's words in the chunk, mixed by the weights of :class:`Friendliness`; the final order
+  is ``(1 - weight) * evaluator score + weight * friendliness``. Off by default (weight 0).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from inference.decisions import query_action
+
+from .types import GradedChunk, Hit
+
+_WORD = re.compile(r"\w+")
+_STOP = frozenset("a an and are as at be by did do does for from how in is it of on or that the this to was what "
+                  "when where which who whom why will with".split())
+
+
+@dataclass
+class Friendliness:
+    """How generation-friendly a chunk is, in [0, 1]: weights of its three parts (normalised)."""
+
+    min_words: int = 12
+    max_words: int = 120
+    length_weight: float = 0.3
+    answer_weight: float = 0.4
+    overlap_weight: float = 0.3
+
+    def score(self, question: str, text: str, answer_score: float | None) -> float:
+        n = len(text.split())
+        length = 1.0 if self.min_words <= n <= self.max_words else (
+            n / self.min_words if n < self.min_words else self.max_words / n)
+        q = {w for w in _WORD.findall(question.lower()) if w not in _STOP}
+        overlap = len(q & set(_WORD.findall(text.lower()))) / len(q) if q else 0.0
+        parts = [(self.length_weight, length), (self.overlap_weight, overlap)]
+        if answer_score is not None:
+            parts.append((self.answer_weight, answer_score))
+        total = sum(w for w, _ in parts)
+        return sum(w * v for w, v in parts) / total if total else 0.0
+
+
+@dataclass
+class GradingConfig:
+    grade_k: int = 5
+    theta_high: float | None = None
+    theta_low: float | None = None
+    two_tier: bool = False
+    answer_filter: bool = True  # drop chunks the answer classifier says cannot answer (when one is loaded)
+    answer_threshold: float | None = None
+    friendliness_weight: float = 0.0
+    friendliness: Friendliness = field(default_factory=Friendliness)
+
+    def __post_init__(self) -> None:
+        if self.grade_k < 1:
+            raise ValueError(f"grade_k must be >= 1, got {self.grade_k}")
+        if not 0 <= self.friendliness_weight <= 1:
+            raise ValueError(f"friendliness_weight must be in [0, 1], got {self.friendliness_weight}")
+
+
+@dataclass
+class Grading:
+    action: str  # the query's action (after the answer filter: Incorrect when nothing is left)
+    evaluator_action: str  # the paper's rule over the evaluator's actions alone
+    chunks: list[GradedChunk]  # best first
+    theta_high: float
+    theta_low: float | None
+    passages_truncated: int = 0
+
+    @property
+    def kept(self) -> list[GradedChunk]:
+        return [c for c in self.chunks if c.kept]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "evaluator_action": self.evaluator_action, "theta_high": self.theta_high,
+                "theta_low": self.theta_low, "chunks": [c.to_dict() for c in self.chunks]}
+
+
+def grade_hits(question: str, hits: Sequence[Hit], evaluator, cfg: GradingConfig | None = None,
+               answer_classifier=None, origin: str = "index") -> Grading:
+    """Grade the first ``cfg.grade_k`` of ``hits`` (see the module docstring)."""
+    cfg = cfg or GradingConfig()
+    hits = list(hits)[: cfg.grade_k]
+    g = evaluator.grade(question, [h.chunk.to_passage() for h in hits], cfg.theta_high, cfg.theta_low, cfg.two_tier)
+    graded = [GradedChunk(h.chunk, c.score, c.action, origin=origin, recall=h) for h, c in zip(hits, g.chunks)]
+    for c in graded:
+        if c.action == "Incorrect":
+            c.kept = False
+            c.dropped_because = f"Incorrect (score {c.score:.3f} below theta_low)" if g.theta_low is not None else \
+                f"Incorrect (score {c.score:.3f} below theta_high)"
+    live = [c for c in graded if c.kept]
+    if answer_classifier is not None and live:
+        checks = answer_classifier.has_answer(question, [c.chunk.to_passage() for c in live], cfg.answer_threshold)
+        t = answer_classifier.threshold if cfg.answer_threshold is None else cfg.answer_threshold
+        for c, a in zip(live, checks):
+            c.answer_score = a.score
+            if cfg.answer_filter and not a.has_answer:
+                c.kept = False
+                c.dropped_because = f"no answer in it (answer classifier {a.score:.3f} < {t:.3f})"
+    if cfg.friendliness_weight > 0:
+        w = cfg.friendliness_weight
+
+        def key(c: GradedChunk) -> float:
+            return (1 - w) * c.score + w * cfg.friendliness.score(question, c.chunk.text, c.answer_score)
+    else:
+        def key(c: GradedChunk) -> float:
+            return c.score
+    graded.sort(key=lambda c: (not c.kept, -key(c)))
+    action = g.action if any(c.kept for c in graded) else "Incorrect"
+    return Grading(action, g.action, graded, g.theta_high, g.theta_low, g.passages_truncated)
+
+
+def merge_action(actions: Sequence[str]) -> str:
+    """The paper's query rule over chunk actions (re-exported for the pipeline's rounds)."""
+    return query_action(list(actions))
