@@ -189,6 +189,14 @@ def test_config_errors(tmp_path):
         build_config(tmp_path / "nope.yaml")
     assert parse_overrides(["--max_steps", "5", "--bf16=true", "--label-tokens", "[relevant, irrelevant]"]) == {
         "max_steps": 5, "bf16": True, "label_tokens": ["relevant", "irrelevant"]}
+    # exponents without a dot are numbers (PyYAML's YAML 1.1 read them as strings), on the command
+    # line and in a recipe
+    assert parse_overrides(["--learning_rate", "2e-3", "--head_learning_rate=1E-2"]) == {
+        "learning_rate": 0.002, "head_learning_rate": 0.01}
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("learning_rate: 3e-5\nmax_steps: 7\n", encoding="utf-8")
+    cfg = build_config(recipe, {"train_file": "x.jsonl"})
+    assert cfg.learning_rate == 3e-5 and cfg.max_steps == 7
 
 
 def test_attention_dropout_setting(tiny_bert, tiny_t5):

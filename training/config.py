@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import os
+import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, get_type_hints
@@ -325,12 +326,31 @@ class ExtractorConfig(TrainConfig):
 CONFIGS: dict[str, type[TrainConfig]] = {c.TASK: c for c in (EvaluatorConfig, AnswerClassifierConfig, ExtractorConfig)}
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as PyYAML reads it, except that ``2e-5`` and ``1E3`` are numbers (YAML 1.2), not
+    strings: PyYAML's YAML 1.1 float needs a dot, so ``learning_rate: 2e-5`` was a string."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                   |\.[0-9_]+(?:[eE][-+][0-9]+)?
+                   |[-+]?\.(?:inf|Inf|INF)
+                   |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def yaml_load(text) -> Any:
+    return yaml.load(text, Loader=_Loader)
+
+
 def load_recipe(path: str | os.PathLike) -> dict[str, Any]:
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"config file not found: {p}")
     with open(p, encoding="utf-8") as f:
-        data = yaml.safe_load(f) or {}
+        data = yaml_load(f) or {}
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: a recipe must be a mapping of config keys, got {type(data).__name__}")
     return data
@@ -363,7 +383,7 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
             raw = items[i + 1]
             i += 2
         key = key.replace("-", "_")
-        out[key] = yaml.safe_load(raw) if raw != "" else None
+        out[key] = yaml_load(raw) if raw != "" else None
     return out
 
 

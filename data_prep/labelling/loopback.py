@@ -86,6 +86,13 @@ def oracle_reply(request: dict[str, Any], n: int) -> Reply:
     return Reply(oracle_answer(request))
 
 
+class _Server(ThreadingHTTPServer):
+    # the default listen backlog (5) refuses connections when many clients connect at once on a busy
+    # machine; a real inference server accepts far more
+    request_queue_size = 128
+    daemon_threads = True
+
+
 class ChatServer:
     """``ThreadingHTTPServer`` on 127.0.0.1 (a free port) serving ``POST /v1/chat/completions``."""
 
@@ -155,7 +162,7 @@ class ChatServer:
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (a timeout)
                     self.close_connection = True
 
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        self._httpd = _Server((host, port), Handler)
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
