@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: quickstart quickstart-models test test-slow test-all bench bench-training bench-scoring bench-models install clean
+.PHONY: quickstart quickstart-models pipeline-demo test test-slow test-all bench bench-training bench-scoring bench-models bench-labelling bench-pipeline install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,17 @@ quickstart-models: $(STAMP)
 	$(LAUNCH) training/train_extractor.py
 	$(LAUNCH) training/train_answer_classifier.py
 
+## The CRAG pipeline on the quickstart export (run `make quickstart` first; `make quickstart-models`
+## adds the extractor to refinement): index the bundled NQ-open sample, ask one question.
+PIPELINE_INDEX := outputs/index/nq-open
+QUESTION ?= who got the first nobel prize in physics
+pipeline-demo: $(STAMP)
+	@test -f outputs/evaluator-quickstart/evaluator.json || { echo "no evaluator export: run 'make quickstart' first"; exit 2; }
+	@test -f $(PIPELINE_INDEX)/index.json || $(PY) -m pipeline index --format nq-open \
+		--input data/sample/nq_open/nq-open-oracle.jsonl.gz --out $(PIPELINE_INDEX) --overwrite
+	$(PY) -m pipeline ask "$(QUESTION)" --index $(PIPELINE_INDEX) --evaluator outputs/evaluator-quickstart \
+		$$(test -f outputs/extractor-quickstart/extractor.json && echo --extractor outputs/extractor-quickstart)
+
 test: $(STAMP)
 	$(PY) -m pytest -q
 
@@ -66,6 +77,15 @@ bench-scoring: $(STAMP)
 ## Both models against their baselines on the dev split and out of domain (run `make quickstart-models` first).
 bench-models: $(STAMP)
 	$(PY) scripts/bench_models.py --json outputs/bench/models.json
+
+## The labeller, sequential against concurrent, over a loopback chat server with 200 ms latency.
+bench-labelling: $(STAMP)
+	$(PY) scripts/bench_labelling.py --json outputs/bench/labelling.json
+
+## Naive RAG against the CRAG pipeline on NQ-open dev questions, and on questions whose answers were
+## removed from the index (run `make quickstart` and `make quickstart-models` first).
+bench-pipeline: $(STAMP)
+	$(PY) scripts/bench_pipeline.py --json outputs/bench/pipeline.json
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

@@ -78,10 +78,16 @@ def make_pipeline(args: argparse.Namespace):
         path = Path(args.config)
         if not path.is_file():
             raise ValueError(f"config file not found: {path}")
-        settings = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        try:
+            settings = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path}: cannot read the pipeline config ({' '.join(str(e).split())})") from None
         if not isinstance(settings, dict):
             raise ValueError(f"{path}: a pipeline config is a mapping of settings")
-    grading = dict(settings.pop("grading", {}) or {})
+    grading = settings.pop("grading", {}) or {}
+    if not isinstance(grading, dict):
+        raise ValueError(f"{args.config}: 'grading' is a mapping of settings, got {type(grading).__name__}")
+    grading = dict(grading)
     for key, arg in (("theta_high", args.theta_high), ("theta_low", args.theta_low), ("grade_k", args.grade_k)):
         if arg is not None:
             grading[key] = arg
@@ -281,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return int(args.func(args) or 0)
-    except (DataError, MissingInputError, ExportError, ValueError, FileNotFoundError) as e:
+    except (DataError, MissingInputError, ExportError, ValueError, FileNotFoundError, FileExistsError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
 

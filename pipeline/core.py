@@ -43,7 +43,7 @@ from data_prep.text import sentence_spans
 
 from .evidence import CredibilityTable, detect_conflicts
 from .generate import ExtractiveGenerator
-from .grading import Grading, GradingConfig, grade_hits
+from .grading import Friendliness, Grading, GradingConfig, grade_hits
 from .recall import HybridRecall
 from .refine import RefineConfig, refine
 from .rounds import MAX_ROUNDS, OVERLAP_STOP, results_overlap, rewrite_query
@@ -73,25 +73,39 @@ class PipelineConfig:
     naive_k: int = 5
 
     def __post_init__(self) -> None:
-        if not 1 <= self.max_rounds <= MAX_ROUNDS:
-            raise PipelineError(f"max_rounds must be 1..{MAX_ROUNDS}, got {self.max_rounds}")
-        if self.max_words < 1:
-            raise PipelineError(f"max_words must be >= 1, got {self.max_words}")
+        def whole(v: Any) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        if not whole(self.max_rounds) or not 1 <= self.max_rounds <= MAX_ROUNDS:
+            raise PipelineError(f"max_rounds must be 1..{MAX_ROUNDS}, got {self.max_rounds!r}")
+        if not whole(self.max_words) or self.max_words < 1:
+            raise PipelineError(f"max_words must be >= 1, got {self.max_words!r}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "PipelineConfig":
         d = dict(d)
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise PipelineError(f"unknown pipeline setting(s): {', '.join(unknown)} (settings: {', '.join(sorted(names))})")
         if isinstance(d.get("grading"), dict):
-            d["grading"] = GradingConfig(**d["grading"])
+            g = dict(d["grading"])
+            if isinstance(g.get("friendliness"), dict):
+                g["friendliness"] = _settings(Friendliness, g["friendliness"], "friendliness")
+            d["grading"] = _settings(GradingConfig, g, "grading")
         if isinstance(d.get("refine"), dict):
-            d["refine"] = RefineConfig(**d["refine"])
+            d["refine"] = _settings(RefineConfig, d["refine"], "refine")
         if "web_on" in d:
             d["web_on"] = tuple(d["web_on"])
+        return _settings(cls, d, "pipeline")
+
+
+def _settings(cls: type, d: dict[str, Any], what: str) -> Any:
+    """``cls(**d)``, with an unknown or mistyped setting a :class:`PipelineError` naming it (not a TypeError)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise PipelineError(f"unknown {what} setting(s): {', '.join(map(str, unknown))} (settings: {', '.join(sorted(names))})")
+    try:
         return cls(**d)
+    except TypeError as e:
+        raise PipelineError(f"bad {what} setting: {e}") from None
 
 
 @dataclass
@@ -168,9 +182,11 @@ class CragPipeline:
             raise PipelineError(f"the evaluator must be an evaluator export, got a {getattr(evaluator, 'task', type(evaluator).__name__)} "
                                 "model")
         if extractor is not None and getattr(extractor, "task", None) != "extractor":
-            raise PipelineError(f"--extractor must be an extractor export, got a {extractor.task} model")
+            raise PipelineError(f"--extractor must be an extractor export, got a "
+                                f"{getattr(extractor, 'task', type(extractor).__name__)} model")
         if answer_classifier is not None and getattr(answer_classifier, "task", None) != "answer_classifier":
-            raise PipelineError(f"--answer-classifier must be an answer_classifier export, got a {answer_classifier.task} model")
+            raise PipelineError(f"--answer-classifier must be an answer_classifier export, got a "
+                                f"{getattr(answer_classifier, 'task', type(answer_classifier).__name__)} model")
         self.config = config or PipelineConfig()
         self.index = index
         self.evaluator = evaluator
@@ -316,6 +332,8 @@ def summarize(results: Sequence[PipelineResult], answers: Sequence[Sequence[str]
     from data_prep.text import contains_answer
 
     n = len(results)
+    if len(answers) != n:
+        raise ValueError(f"summarize needs one answer list per result: {n} results but {len(answers)} answer lists")
     hit = [not r.answer.abstained and contains_answer(r.answer.text, a) for r, a in zip(results, answers)]
     words = [len(r.answer.text.split()) for r in results if not r.answer.abstained]
     actions: dict[str, int] = {}
