@@ -324,9 +324,11 @@ class CragPipeline:
 
 
 def summarize(results: Sequence[PipelineResult], answers: Sequence[Sequence[str]]) -> dict[str, Any]:
-    """``{"n", "answer_recall", "abstain_rate", "mean_answer_words", "actions", "stage_ms"}`` over
-    questions with gold answers: ``answer_recall`` is the share of questions whose final answer
-    contains a gold answer (SQuAD normalisation); an abstention never does."""
+    """``{"n", "answer_recall", "answer_precision", "abstain_rate", "mean_answer_words", "actions",
+    "stage_ms"}`` over questions with gold answers: ``answer_recall`` is the share of questions whose
+    final answer contains a gold answer (SQuAD normalisation); an abstention never does.
+    ``answer_precision`` is that share among the questions answered (not abstained): how far an
+    answer can be trusted when one is given (None when every question was abstained on)."""
     import numpy as np
 
     from data_prep.text import contains_answer
@@ -347,6 +349,7 @@ def summarize(results: Sequence[PipelineResult], answers: Sequence[Sequence[str]
     return {
         "n": n,
         "answer_recall": sum(hit) / n if n else None,
+        "answer_precision": sum(hit) / len(words) if words else None,
         "abstain_rate": sum(r.answer.abstained for r in results) / n if n else None,
         "mean_answer_words": float(np.mean(words)) if words else 0.0,
         "actions": dict(sorted(actions.items())),

@@ -2,8 +2,9 @@
 matter for the question, in their original order.
 
 1. **Decompose** each chunk into strips: the extractor's sentences (its own splitter and
-   ``sentence_max_chars``) when an extractor export is loaded, else fixed windows of
-   ``window_words`` words (CRAG's fixed-length strips).
+   ``sentence_max_chars``) when an extractor export is loaded, else the chunk's sentences with any
+   sentence over ``window_words`` words cut into windows of that many words (CRAG's fixed-length
+   strips).
 2. **Score** every strip against the question in one engine call: with the extractor (calibrated
    key-sentence probability), else with the evaluator (calibrated relevance of the strip).
 3. **Filter**: drop strips of fewer than ``min_words`` words (CRAG drops strips under 4 words) and,
@@ -25,6 +26,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Sequence
+
+from data_prep.text import sentence_spans
 
 from .types import Evidence, GradedChunk
 
@@ -55,10 +58,20 @@ def word_windows(text: str, size: int) -> list[tuple[int, int]]:
     return [(words[i][0], words[min(i + size, len(words)) - 1][1]) for i in range(0, len(words), size)]
 
 
+def sentence_strips(text: str, window: int) -> list[tuple[int, int]]:
+    """Character spans of ``text``'s sentences, a sentence longer than ``window`` words cut into
+    windows of ``window`` words (a chunk of the index is a few sentences: windows of the whole
+    chunk would leave nothing to refine)."""
+    out: list[tuple[int, int]] = []
+    for s in sentence_spans(text):
+        out.extend((s.start + a, s.start + b) for a, b in word_windows(text[s.start:s.end], window))
+    return out
+
+
 def _strips(chunks: Sequence[GradedChunk], extractor, window: int) -> list[list[tuple[int, int]]]:
     if extractor is not None:
         return [[(s.start, s.end) for s in extractor.sentences(c.chunk.text)] for c in chunks]
-    return [word_windows(c.chunk.text, window) for c in chunks]
+    return [sentence_strips(c.chunk.text, window) for c in chunks]
 
 
 def refine(question: str, graded: Sequence[GradedChunk], extractor=None, evaluator=None,

@@ -278,6 +278,28 @@ def test_refinement_keeps_the_top_strips_in_original_order(index):
     assert r.answer.text.startswith("The Eiffel Tower was finished in 1889") and r.answer_source == "index"
 
 
+def test_refinement_without_an_extractor_scores_sentences_with_the_evaluator():
+    from pipeline.refine import refine, sentence_strips
+    from pipeline.types import GradedChunk
+
+    text = ("Short one here now. " + " ".join(f"W{i}" for i in range(12)) + ". Last sentence is this one.")
+    spans = sentence_strips(text, 5)
+    strips = [text[a:b] for a, b in spans]
+    # sentences, the 12-word one cut into 5-word windows; nothing lost, nothing overlapping
+    assert strips == ["Short one here now.", "W0 W1 W2 W3 W4", "W5 W6 W7 W8 W9", "W10 W11.", "Last sentence is this one."]
+
+    class Scorer:
+        passage_format = "{title}. {text}"
+
+        def score_texts(self, queries, texts):
+            return (np.array([0.9 if "Last" in t else 0.2 for t in texts]),)
+
+    chunk = Chunk("d#p0c0", "d", text, "T", end=len(text))
+    ev = refine("q", [GradedChunk(chunk, 1.0, "Ambiguous")], None, Scorer(), RefineConfig(top_strips=2, window_words=5))
+    # strips under 4 words are dropped; the evaluator's best strip first by score, shown in original order
+    assert [e.text for e in ev] == ["Short one here now.", "Last sentence is this one."]
+
+
 # --------------------------------------------------------------------------------------------
 # 4. privacy mode
 
@@ -779,6 +801,7 @@ def test_summarize_counts_answers_abstentions_and_stage_medians():
     answers = [["1932"], ["1932"], ["available sources"], ["dug by hand", "monks"]]
     s = summarize(results, answers)
     assert s["n"] == 4 and s["answer_recall"] == 0.5 and s["abstain_rate"] == 0.25
+    assert s["answer_precision"] == pytest.approx(2 / 3)  # 2 right of the 3 answered
     assert s["mean_answer_words"] == pytest.approx((4 + 4 + 6) / 3)
     assert s["actions"] == {"Ambiguous": 1, "Correct": 2, "Incorrect": 1}
     assert s["stage_ms"]["total"] == {"median": 25.0, "p95": 38.5, "n": 4}
@@ -787,6 +810,7 @@ def test_summarize_counts_answers_abstentions_and_stage_medians():
     assert summarize([results[2]], [["available sources"]])["answer_recall"] == 0.0
     empty = summarize([], [])
     assert empty["n"] == 0 and empty["answer_recall"] is None and empty["abstain_rate"] is None
+    assert summarize([results[2]], [["x"]])["answer_precision"] is None  # nothing answered
     with pytest.raises(ValueError, match="4 results but 3 answer lists"):
         summarize(results, answers[:3])
 

@@ -44,3 +44,99 @@ def test_crag_title_labels(tmp_path):
     src.write_text(json.dumps(rows[0]) + "\n{not json\n")
     r = run("--overwrite")
     assert r.returncode != 0 and f"{src}:2" in r.stderr and "Traceback" not in r.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# scripts/bench_quality.py on tiny copies of the real held-out sets and a tiny evaluator export
+
+
+def _quality_data(root: Path) -> tuple[Path, Path]:
+    """``data/`` and ``shared/`` folders laid out as data/sample and ../shared/data, with a few rows each."""
+    import gzip
+    import shutil
+
+    sample = ROOT / "data" / "sample"
+    data, shared = root / "data", root / "shared"
+    (data / "msmarco").mkdir(parents=True)
+    triples = (sample / "msmarco" / "triples.train.small.sample.tsv").read_text(encoding="utf-8").splitlines()
+    (data / "msmarco" / "triples.train.small.sample.tsv").write_text("\n".join(triples[:6]) + "\n", encoding="utf-8")
+    (data / "flagembedding").mkdir()
+    fe = [json.loads(line) for line in (sample / "flagembedding" / "msmarco.jsonl").read_text(encoding="utf-8").splitlines()[:3]]
+    rows = "".join(json.dumps({"query": r["query"], "pos": r["pos"], "neg": r["neg"][:4]}) + "\n" for r in fe)
+    for name in ("msmarco.jsonl", "reranker_examples.jsonl"):  # the second repeats the first: a duplicate
+        (data / "flagembedding" / name).write_text(rows, encoding="utf-8")
+    (data / "nq_open").mkdir()  # byte for byte the file the export's manifest says it trained on
+    shutil.copy2(sample / "nq_open" / "nq-open-oracle.jsonl.gz", data / "nq_open" / "nq-open-oracle.jsonl.gz")
+    with gzip.open(sample / "squad" / "squad-v1.1-train-articles.json.gz", "rt", encoding="utf-8") as f:
+        squad = json.load(f)
+    squad["data"] = [{**a, "paragraphs": a["paragraphs"][:5]} for a in squad["data"][:2]]
+    (data / "squad").mkdir()
+    with gzip.open(data / "squad" / "squad-v1.1-train-articles.json.gz", "wt", encoding="utf-8") as f:
+        json.dump(squad, f)
+    # a BEIR folder (read as "scifact") from real MS MARCO text: 20 queries, their positives judged
+    beir = shared / "scifact"
+    (beir / "qrels").mkdir(parents=True)
+    docs, queries, qrels = {}, {}, ["query-id\tcorpus-id\tscore"]
+    for i, line in enumerate(triples[:20]):
+        q, pos, neg = line.split("\t")
+        docs[f"d{2 * i}"], docs[f"d{2 * i + 1}"] = pos, neg
+        queries[f"q{i}"] = q
+        qrels.append(f"q{i}\td{2 * i}\t1")
+    (beir / "corpus.jsonl").write_text("".join(json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in docs.items()))
+    (beir / "queries.jsonl").write_text("".join(json.dumps({"_id": k, "text": v}) + "\n" for k, v in queries.items()))
+    (beir / "qrels" / "train.tsv").write_text("\n".join(qrels) + "\n")
+    # CRAG's evaluator layout: three SQuAD questions and one NQ-open question (a training query: dropped)
+    qa = [(qa["question"], p["context"]) for a in squad["data"] for p in a["paragraphs"] for qa in p["qas"]][:3]
+    nq = json.loads(gzip.open(sample / "nq_open" / "nq-open-oracle.jsonl.gz", "rt").readline())
+    lines = [f"{q} [SEP] {ctx}\t1\n{q} [SEP] {squad['data'][1]['paragraphs'][0]['context']}\t0" for q, ctx in qa]
+    lines.append(f"{nq['question']} [SEP] {nq['ctxs'][0]['text']}\t1")
+    (shared / "crag").mkdir()
+    (shared / "crag" / "train_popqa.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return data, shared
+
+
+def test_bench_quality(tmp_path, tiny_bert, capsys, monkeypatch):
+    import importlib.util
+    import shutil
+
+    from inference.calibration import Calibration
+    from inference.decisions import Thresholds
+    from inference.manifest import Manifest, ModelInfo
+    from inference.modeling import ModelSpec
+
+    export = tmp_path / "export"
+    export.mkdir()
+    for f in tiny_bert.iterdir():
+        if f.is_file():
+            shutil.copy2(f, export / f.name)
+    training = {"config": {"prepare_data": {"format": "nq-open", "input": "data/sample/nq_open/nq-open-oracle.jsonl.gz"}}}
+    Manifest(task="evaluator", model=ModelInfo(backbone=str(tiny_bert), head="cross-encoder"),
+             spec=ModelSpec(head="cross-encoder", max_length=96, max_query_length=16),
+             calibration=Calibration("platt", 1.0, 0.0), thresholds=Thresholds(0.7, 0.3), training=training,
+             name="tiny").write(export)
+    data, shared = _quality_data(tmp_path)
+    out = tmp_path / "quality.json"
+    # in process (the script's main), so the test does not pay transformers' imports a second time
+    spec = importlib.util.spec_from_file_location("bench_quality", ROOT / "scripts" / "bench_quality.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_quality", bench)  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    assert bench.main(["--model", str(export), "--json", str(out), "--limit", "3", "--negatives", "3",
+                       "--data-dir", str(data), "--shared-data", str(shared)]) == 0
+    res = json.loads(out.read_text())
+    assert list(res["sets"]) == ["msmarco-triples", "flagembedding-msmarco", "scifact", "squad", "crag-popqa"]
+    ex = res["excluded"]
+    assert {k: v["kind"] for k, v in ex.items()} == {"flagembedding-nq": "unavailable", "flagembedding-reranker": "duplicate",
+                                                     "nq-open": "trained-on"}
+    assert "prepare_data.input" in ex["nq-open"]["reason"] and "flagembedding-msmarco" in ex["flagembedding-reranker"]["reason"]
+    for name, s in res["sets"].items():
+        assert 1 <= s["queries"] <= 3 and 1 <= s["positives"] < s["n"], name
+        assert 0.0 <= s["auc"] <= 1.0 and 0.0 <= s["accuracy_at_theta_high"] <= 1.0 and 0.0 <= s["mrr"] <= 1.0, name
+        assert set(s["baselines"]) == {"bm25", "minilm_cosine"} and isinstance(s["beats_baselines"], bool), name
+        assert s["beats_baselines"] == (s["auc"] > max(b["auc"] for b in s["baselines"].values())), name
+    assert res["sets"]["msmarco-triples"]["n"] == 6 and res["sets"]["flagembedding-msmarco"]["n"] == 15  # 3 x (1 + 1), 3 x (1 + 4)
+    assert res["sets"]["squad"]["n"] == 12  # 3 x (1 + 3 negatives)
+    assert res["sets"]["scifact"]["n"] == 3 + res["set_info"]["scifact"]["mining_counts"]["negatives"] > 3  # BM25-mined
+    assert res["set_info"]["crag-popqa"]["training_queries_dropped"] == 1 and res["sets"]["crag-popqa"]["n"] == 6
+    assert res["export"]["theta_high"] == 0.7 and res["target_met"] == all(s["beats_baselines"] for s in res["sets"].values())
+    assert "target (beats both baselines on every scored set)" in capsys.readouterr().out
