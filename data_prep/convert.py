@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator, TypeVar
 
 from tqdm import tqdm
 
-from .io import Rejects, no_records_error, require_records, write_json, write_jsonl
+from .io import Rejects, no_records_error, rejected_line, require_records, write_json, write_jsonl
 from .readers import FORMATS, load_all, open_source
 from .readers.common import PAIR_READERS, open_pairs
 from .readers.flagembedding import write_flagembedding
@@ -181,9 +181,7 @@ def run(args: argparse.Namespace) -> int:
         why = ", ".join(f"{k}: {v}" for k, v in summary["skipped"].items())
         print(f"skipped {sum(summary['skipped'].values())} examples FlagEmbedding cannot hold ({why})")
     if args.skip_bad:
-        rej = summary["rejected"]
-        reasons = ", ".join(f"{k}: {v}" for k, v in rej["by_reason"].items()) or "none"
-        print(f"rejected {rej['total']} rows ({reasons})" + (f"; raw rows in {summary['rejects_dir']}" if rej["total"] else ""))
+        print(rejected_line(summary["rejected"], summary.get("rejects_dir")))
     return 0
 
 

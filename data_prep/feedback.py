@@ -58,7 +58,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from .io import DataError, Rejects, iter_json_lines, no_records_error, parse_rows, require_path, write_json, write_jsonl
+from .io import DataError, Rejects, iter_json_lines, no_records_error, parse_rows, rejected_line, require_path, write_json, write_jsonl
 from .readers import FORMATS, load_all, open_source
 from .readers.common import check_text, id_str, stable_id, text_query_id
 from .records import LabelledPair, Passage
@@ -542,9 +542,7 @@ def run(args: argparse.Namespace) -> int:
     if s["dropped"]["min_votes"]:
         print(f"dropped {s['dropped']['min_votes']} groups with fewer than {args.min_votes} voters")
     if args.skip_bad:
-        rej = s["rejected"]
-        reasons = ", ".join(f"{k}: {v}" for k, v in rej["by_reason"].items()) or "none"
-        print(f"rejected {rej['total']} rows ({reasons})" + (f"; raw rows in {s['rejects_dir']}" if rej["total"] else ""))
+        print(rejected_line(s["rejected"], s.get("rejects_dir")))
     return 0
 
 

@@ -326,6 +326,13 @@ def parse_rows(
             yield out
 
 
+def rejected_line(summary: dict[str, Any], rejects_dir: Any = None) -> str:
+    """The line a command prints under ``--skip-bad``: ``rejected N rows (kind: n, ...); raw rows in
+    DIR`` from :meth:`Rejects.summary`."""
+    reasons = ", ".join(f"{k}: {v}" for k, v in summary["by_reason"].items()) or "none"
+    return f"rejected {summary['total']} rows ({reasons})" + (f"; raw rows in {rejects_dir}" if summary["total"] else "")
+
+
 def _reasons(rejects: Rejects) -> str:
     return ", ".join(f"{k}: {v}" for k, v in sorted(rejects.counts.items()))
 

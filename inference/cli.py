@@ -59,7 +59,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 from tqdm import tqdm
 
-from data_prep.io import DataError, MissingInputError, Rejects, atomic_write, require_path, write_json
+from data_prep.io import DataError, MissingInputError, Rejects, atomic_write, rejected_line, require_path, write_json
 from data_prep.readers.rows import READER_OPTIONS, PairRow, PairRows, open_pair_rows, resolve_format
 from data_prep.readers.simple import SENTENCES, SentenceRow, read_sentence_rows
 
@@ -273,9 +273,7 @@ def run_score(args: argparse.Namespace) -> int:
               f"passages truncated to {s['max_length']} tokens: {s['passages_truncated']}; "
               f"empty passages: {_empty_note(s)}")
     if args.skip_bad:
-        rej = s["rejected"]
-        reasons = ", ".join(f"{k}: {v}" for k, v in rej["by_reason"].items()) or "none"
-        print(f"rejected {rej['total']} rows ({reasons})" + (f"; raw rows in {s['rejects_dir']}" if rej["total"] else ""))
+        print(rejected_line(s["rejected"], s.get("rejects_dir")))
     return 0
 
 

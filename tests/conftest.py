@@ -94,3 +94,66 @@ def tiny_t5(tmp_path_factory, sample_texts) -> Path:
     T5ForConditionalGeneration(cfg).save_pretrained(d)
     tok.save_pretrained(d)
     return d
+
+
+# --------------------------------------------------------------------------------------------
+# tiny chat LMs (the local labelling backend and the local generator)
+
+
+def tiny_chat_lm(texts: list[str], vocab_size: int, max_positions: int):
+    """A byte-level BPE tokenizer trained on ``texts`` with a minimal chat template, and a seeded
+    2-layer Llama sized for it (untrained): ``(tokenizer, model)``."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<pad>", "<s>", "</s>"],
+                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
+    fast.chat_template = ("{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
+                          "{% if add_generation_prompt %}<s>assistant\n{% endif %}")
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=len(fast), hidden_size=48, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=max_positions,
+                      bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id)
+    return fast, LlamaForCausalLM(cfg)
+
+
+def teach_chat_lm(model, fast, examples: list[tuple[list[dict], str]], steps: int, lr: float = 3e-3) -> None:
+    """Train ``model`` (in place, then eval mode) to reply to each chat ``messages`` with its answer
+    (loss on the answer tokens only), cycling through ``examples`` for ``steps`` steps."""
+    import torch
+
+    seqs = []
+    for msgs, answer in examples:
+        head = fast(fast.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True),
+                    add_special_tokens=False)["input_ids"]
+        a = fast(answer + "</s>", add_special_tokens=False)["input_ids"]
+        seqs.append((torch.tensor([head + a]), torch.tensor([[-100] * len(head) + a])))
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    for step in range(steps):
+        ids, labels = seqs[step % len(seqs)]
+        model(input_ids=ids, labels=labels).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    model.eval()
+
+
+@pytest.fixture(scope="session")
+def ce_export(tiny_bert, tmp_path_factory) -> Path:
+    """A tiny trained evaluator export (two steps on tiny_bert; as tests/test_inference.py makes them)."""
+    from training.config import EvaluatorConfig
+    from training.core import train_model
+    from training_data import make_evaluator_data
+
+    d = tmp_path_factory.mktemp("ce-export")
+    data = make_evaluator_data(d / "data")
+    cfg = EvaluatorConfig(model_name_or_path=str(tiny_bert), train_file=str(data["train_pairs"]), dev_file=str(data["dev_pairs"]),
+                          output_dir=str(d / "run"), export_dir=str(d / "export"), max_steps=2, eval_steps=0, save_steps=2,
+                          max_length=96, max_query_length=24, logging_steps=2, per_device_train_batch_size=8,
+                          warmup_ratio=0.0, min_dev_pairs=20, report_to="none")
+    return train_model(cfg).export_dir

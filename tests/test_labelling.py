@@ -31,6 +31,8 @@ from data_prep.labelling.loopback import ChatServer, Reply, oracle_answer, oracl
 from data_prep.labelling.prompts import PromptError, fill, messages
 from data_prep.labelling.store import LabelStore
 from data_prep.records import LabelledPair
+from tests.conftest import teach_chat_lm
+from tests.conftest import tiny_chat_lm as make_chat_lm
 
 ROOT = Path(__file__).resolve().parents[1]
 CRAG = ROOT / "tests" / "fixtures" / "crag" / "crag_evaluator.sample.txt"
@@ -504,44 +506,14 @@ STEPS = 60
 def tiny_chat_lm(tmp_path_factory):
     """A tiny Llama with a byte-level BPE tokenizer and a chat template, trained here until it
     answers every labelling prompt with the same valid JSON."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
     d = tmp_path_factory.mktemp("tiny-chat-lm")
     prompt = load_prompt("answer")
     lines = CRAG.read_text(encoding="utf-8").splitlines()[:4]
     pairs = [(x.split(" [SEP] ")[0], x.split(" [SEP] ")[1].split("\t")[0][:160]) for x in lines]
     answer = '{"reason": "stated", "has_answer": true}'
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
     texts = [m["content"] for q, p in pairs for m in messages(prompt, q, "", p)] + [answer] * 20
-    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=["<pad>", "<s>", "</s>"],
-                                                       initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
-    fast.chat_template = ("{% for m in messages %}<s>{{ m['role'] }}\n{{ m['content'] }}</s>\n{% endfor %}"
-                          "{% if add_generation_prompt %}<s>assistant\n{% endif %}")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(fast), hidden_size=48, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=4096,
-                      bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id)
-    model = LlamaForCausalLM(cfg)
-    seqs = []
-    for q, p in pairs:
-        head = fast.apply_chat_template(messages(prompt, q, "", p), tokenize=False, add_generation_prompt=True)
-        h = fast(head, add_special_tokens=False)["input_ids"]
-        a = fast(answer + "</s>", add_special_tokens=False)["input_ids"]
-        seqs.append((torch.tensor([h + a]), torch.tensor([[-100] * len(h) + a])))
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    for step in range(STEPS):
-        ids, labels = seqs[step % len(seqs)]
-        loss = model(input_ids=ids, labels=labels).loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-    model.eval()
+    fast, model = make_chat_lm(texts, vocab_size=400, max_positions=4096)
+    teach_chat_lm(model, fast, [(messages(prompt, q, "", p), answer) for q, p in pairs], STEPS)
     model.save_pretrained(d)
     fast.save_pretrained(d)
     return d, pairs

@@ -182,22 +182,6 @@ def test_open_pair_rows_refusals(tmp_path):
 # python -m inference evaluate | score on the official file as it is
 
 
-@pytest.fixture(scope="module")
-def ce_export(tiny_bert, tmp_path_factory) -> Path:
-    """A tiny trained evaluator export (as tests/test_bad_input.py makes it)."""
-    from training.config import EvaluatorConfig
-    from training.core import train_model
-    from training_data import make_evaluator_data
-
-    d = tmp_path_factory.mktemp("pair-rows-export")
-    data = make_evaluator_data(d / "data")
-    cfg = EvaluatorConfig(model_name_or_path=str(tiny_bert), train_file=str(data["train_pairs"]), dev_file=str(data["dev_pairs"]),
-                          output_dir=str(d / "run"), export_dir=str(d / "export"), max_steps=2, eval_steps=0, save_steps=2,
-                          max_length=96, max_query_length=24, logging_steps=2, per_device_train_batch_size=8,
-                          warmup_ratio=0.0, min_dev_pairs=20, report_to="none")
-    return train_model(cfg).export_dir
-
-
 def _cli(*argv) -> int:
     from inference.cli import main
 
