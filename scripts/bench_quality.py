@@ -336,6 +336,12 @@ def bench_set(model, groups: list[Group], cosine: Cosine) -> dict:
                                                            if k != "ranking_queries"}}
                       for name, s in (("bm25", bm), ("minilm_cosine", cos))},
     }
+    # a diagnostic, not a baseline: are ours and the zero-shot cosine complementary? (AUC of the mean
+    # of the two scores' ranks within the set: no fitting, so nothing is tuned on the held-out set)
+    if len(flat) > 1:
+        from scipy.stats import rankdata
+
+        out["diagnostics"] = {"rank_mean_ours_cosine_auc": roc_auc((rankdata(probs) + rankdata(cos)) / 2, labels)}
     aucs = [out["auc"], *(v["auc"] for v in out["baselines"].values())]
     out["beats_baselines"] = None if None in aucs else bool(aucs[0] > max(aucs[1:]))
     return out
