@@ -8,8 +8,9 @@ matter for the question, in their original order.
 2. **Score** every strip against the question in one engine call: with the extractor (calibrated
    key-sentence probability), else with the evaluator (calibrated relevance of the strip).
 3. **Filter**: drop strips of fewer than ``min_words`` words (CRAG drops strips under 4 words) and,
-   when ``min_score`` is set, strips scoring below it; keep the ``top_strips`` best over all chunks
-   (default 5, as in the paper).
+   when ``min_score`` is set, strips scoring below it; drop a strip whose words already stand in a
+   better one (overlapping chunks repeat the text at their borders); keep the ``top_strips`` best
+   over all chunks (default 5, as in the paper).
 4. **Recompose**: the kept strips in their original order: chunks in graded order, strips by
    position in their chunk.
 
@@ -74,6 +75,20 @@ def _strips(chunks: Sequence[GradedChunk], extractor, window: int) -> list[list[
     return [sentence_strips(c.chunk.text, window) for c in chunks]
 
 
+def _distinct(candidates: list) -> list:
+    """Best first, without a strip whose words already stand in a better strip: overlapping chunks
+    repeat the sentences (or sentence ends) at their borders."""
+    kept: list = []
+    seen: list[str] = []
+    for cand in candidates:
+        words = " " + " ".join(_WORD_SPAN.findall(cand[2].text.lower())) + " "
+        if any(words in s for s in seen):
+            continue
+        kept.append(cand)
+        seen.append(words)
+    return kept
+
+
 def refine(question: str, graded: Sequence[GradedChunk], extractor=None, evaluator=None,
            cfg: RefineConfig | None = None) -> list[Evidence]:
     """Evidence from the kept chunks of ``graded`` (best first), as the module docstring describes.
@@ -111,7 +126,7 @@ def refine(question: str, graded: Sequence[GradedChunk], extractor=None, evaluat
                               title=c.chunk.title, origin=c.origin, published=c.chunk.metadata.get("published"))
                 candidates.append((rank[id(c)], a, ev))
         candidates.sort(key=lambda t: -t[2].score)
-        candidates = candidates[: cfg.top_strips]
+        candidates = _distinct(candidates)[: cfg.top_strips]
     for c in whole:
         ev = Evidence(c.chunk.text, c.chunk.id, c.chunk.source, float(c.score), start=0, end=len(c.chunk.text),
                       title=c.chunk.title, origin=c.origin, published=c.chunk.metadata.get("published"))

@@ -300,6 +300,27 @@ def test_refinement_without_an_extractor_scores_sentences_with_the_evaluator():
     assert [e.text for e in ev] == ["Short one here now.", "Last sentence is this one."]
 
 
+def test_refinement_drops_strips_repeated_by_overlapping_chunks():
+    from pipeline.refine import refine
+    from pipeline.types import GradedChunk
+
+    a = "Röntgen won the first physics prize in 1901. Bardeen won the prize twice over."
+    b = "won the prize twice over. Curie won two prizes in two sciences."  # overlaps a's end
+
+    class Scorer:
+        passage_format = "{title}. {text}"
+
+        def score_texts(self, queries, texts):
+            return (np.array([0.9 if "Röntgen" in t else 0.5 for t in texts]),)
+
+    chunks = [GradedChunk(Chunk("d#p0c0", "d", a, end=len(a)), 1.0, "Correct"),
+              GradedChunk(Chunk("d#p0c1", "d", b, start=len(a) - 25, end=len(a) + len(b) - 25), 0.9, "Correct")]
+    ev = refine("q", chunks, None, Scorer(), RefineConfig())
+    # "won the prize twice over." (chunk 2) is inside chunk 1's "Bardeen won the prize twice over.": one of them
+    assert [e.text for e in ev] == ["Röntgen won the first physics prize in 1901.", "Bardeen won the prize twice over.",
+                                    "Curie won two prizes in two sciences."]
+
+
 # --------------------------------------------------------------------------------------------
 # 4. privacy mode
 
