@@ -72,10 +72,10 @@ class BM25Pairs:
 class Cosine:
     """The zero-shot MiniLM bi-encoder (mean pooling, unit vectors): cosine of query and text."""
 
-    def __init__(self):
+    def __init__(self, model_path: str | None = None):
         from data_prep.dense import DenseEncoder
 
-        self.enc = DenseEncoder(batch_size=64)
+        self.enc = DenseEncoder(model_path, batch_size=64)  # None: the packaged MiniLM
         self.cache: dict[str, np.ndarray] = {}
 
     def score(self, pairs: list[tuple[str, str]]) -> list[float]:

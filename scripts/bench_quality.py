@@ -385,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--data-dir", default=str(ROOT / "data" / "sample"))
     ap.add_argument("--shared-data", default=str(ROOT.parent / "shared" / "data"))
+    ap.add_argument("--cosine-model", default=None, help="the bi-encoder of the cosine baseline (default: the "
+                    "packaged MiniLM, zero-shot); e.g. one from scripts/experiment_biencoder.py")
     ap.add_argument("--crag-popqa", default=None, help="CRAG's PopQA evaluator file (default: searched for)")
     args = ap.parse_args(argv)
     names = [s.strip() for s in args.sets.split(",") if s.strip()]
@@ -409,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "export": {"path": args.model, "name": model.manifest.name, "theta_high": model.theta_high,
                    "theta_low": model.theta_low, "trained_on": inputs, "training_queries": len(seen_q)},
-        "options": {"limit": args.limit, "negatives": args.negatives, "seed": args.seed},
+        "options": {"limit": args.limit, "negatives": args.negatives, "seed": args.seed,
+                    "cosine_model": args.cosine_model or "packaged MiniLM (zero-shot)"},
         "sets": {}, "excluded": {}, "set_info": {},
     }
     cosine: Cosine | None = None
@@ -458,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
             info.update(add_article_negatives(path, groups, args.negatives, args.seed))
         groups = [g for g in groups if g.items]
         if cosine is None:
-            cosine = Cosine()
+            cosine = Cosine(args.cosine_model)
         logger.info("%s: %d queries, %d pairs", name, len(groups), sum(len(g.items) for g in groups))
         r = bench_set(model, groups, cosine)
         r["seconds"] = round(time.perf_counter() - t0, 1)

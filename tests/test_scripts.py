@@ -140,3 +140,28 @@ def test_bench_quality(tmp_path, tiny_bert, capsys, monkeypatch):
     assert res["set_info"]["crag-popqa"]["training_queries_dropped"] == 1 and res["sets"]["crag-popqa"]["n"] == 6
     assert res["export"]["theta_high"] == 0.7 and res["target_met"] == all(s["beats_baselines"] for s in res["sets"].values())
     assert "target (beats both baselines on every scored set)" in capsys.readouterr().out
+
+
+def test_experiment_biencoder_trains_and_writes_a_dense_model(tmp_path):
+    import importlib.util
+
+    import numpy as np
+
+    from data_prep.dense import DenseEncoder
+    from training_data import make_evaluator_data
+
+    make_evaluator_data(tmp_path / "data" / "evaluator", n_queries=6, n_dev=4)
+    spec = importlib.util.spec_from_file_location("experiment_biencoder", ROOT / "scripts" / "experiment_biencoder.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "model"
+    assert mod.main(["--out", str(out), "--dataset-dir", str(tmp_path / "data"), "--steps", "2",
+                     "--groups-per-step", "2", "--lr", "1e-3", "--max-length", "64"]) == 0
+    report = json.loads((out / "experiment.json").read_text())
+    auc = report["dev_auc_cosine"]
+    assert 0 <= auc["zero_shot"] <= 1 and 0 <= auc["fine_tuned"] <= 1 and len(report["loss_every_20"]) == 1
+    assert report["train_groups"] == 6 and report["dev_pairs"] == 16
+    # the folder is a dense model the pipeline and the benchmarks load, and training moved its weights
+    text = ["who got the first nobel prize in physics"]
+    tuned, zero = DenseEncoder(out).encode(text), DenseEncoder().encode(text)
+    assert np.isclose(np.linalg.norm(tuned), 1.0) and not np.allclose(tuned, zero, atol=1e-4)
