@@ -62,7 +62,7 @@ def require_path(path: str | os.PathLike, what: str = "file", is_dir: bool | Non
     if is_dir is True and not p.is_dir():
         raise MissingInputError(p, f"{what} (a folder)")
     if is_dir is False and p.is_dir():
-        raise DataError(p, None, f"expected a file but found a folder", kind="not-a-file")
+        raise DataError(p, None, "expected a file but found a folder", kind="not-a-file")
     return p
 
 

@@ -36,10 +36,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from data_prep.text import sentence_spans
+from inference.decisions import query_action
 
 from .evidence import CredibilityTable, detect_conflicts
 from .generate import ExtractiveGenerator
@@ -139,17 +141,13 @@ class _Clock:
         self.ms: dict[str, float] = {}
         self._t0 = time.perf_counter()
 
+    @contextmanager
     def stage(self, name: str):
-        clock = self
-
-        class _S:
-            def __enter__(self):
-                self.t = time.perf_counter()
-
-            def __exit__(self, *exc):
-                clock.ms[name] = clock.ms.get(name, 0.0) + (time.perf_counter() - self.t) * 1000
-
-        return _S()
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.ms[name] = self.ms.get(name, 0.0) + (time.perf_counter() - t) * 1000
 
     def total(self) -> dict[str, float]:
         self.ms["total"] = (time.perf_counter() - self._t0) * 1000
@@ -167,8 +165,6 @@ def check_question(question: object) -> str:
 
 def _combine(first: Grading, more: Grading) -> Grading:
     chunks = sorted(first.chunks + more.chunks, key=lambda c: (not c.kept, -c.score))
-    from inference.decisions import query_action
-
     ev = query_action([c.action for c in chunks])
     action = ev if any(c.kept for c in chunks) else "Incorrect"
     return Grading(action, ev, chunks, first.theta_high, first.theta_low,
@@ -249,7 +245,8 @@ class CragPipeline:
                 if ov >= cfg.overlap_stop:
                     notes.append(f"multi-round: round {len(queries)} overlaps earlier results by {ov:.0%}; stopped")
                     break
-                fresh = [h for h in new_hits if h.chunk.id not in set(seen)]
+                known = set(seen)
+                fresh = [h for h in new_hits if h.chunk.id not in known]
                 seen.extend(h.chunk.id for h in fresh[: cfg.grading.grade_k])
                 more = grade_hits(q, fresh, self.evaluator, cfg.grading, self.answer_classifier)
                 grading = _combine(grading, more)

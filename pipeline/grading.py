@@ -18,7 +18,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from inference.decisions import query_action
 
 from .types import GradedChunk, Hit
 
@@ -118,8 +117,3 @@ def grade_hits(question: str, hits: Sequence[Hit], evaluator, cfg: GradingConfig
     graded.sort(key=lambda c: (not c.kept, -key(c)))
     action = g.action if any(c.kept for c in graded) else "Incorrect"
     return Grading(action, g.action, graded, g.theta_high, g.theta_low, g.passages_truncated)
-
-
-def merge_action(actions: Sequence[str]) -> str:
-    """The paper's query rule over chunk actions (re-exported for the pipeline's rounds)."""
-    return query_action(list(actions))

@@ -34,24 +34,16 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a source checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_scoring import machine  # noqa: E402  (the machine facts every benchmark records)
 
 ROOT = Path(__file__).resolve().parents[1]
 NQ = ROOT / "data" / "sample" / "nq_open" / "nq-open-oracle.jsonl.gz"
-
-
-def machine() -> dict:
-    import torch
-
-    return {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
-            "cpu": platform.processor() or platform.machine()}
 
 
 def dev_questions(seed: int, dev_ratio: float) -> list:

@@ -58,7 +58,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -66,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared baselines of bench_models
 
 from bench_models import BM25Pairs, Cosine  # noqa: E402
+from data_prep.build import file_sha256  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 logger = logging.getLogger("bench_quality")
@@ -235,14 +236,6 @@ def _resolve(p: str | None) -> Path | None:
     return path if path.is_absolute() else ROOT / path
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def trained_on(manifest) -> list[dict]:
     """The training inputs the manifest names: ``{"field", "path", "format"?, "exists"}``."""
     t = manifest.training or {}
@@ -351,10 +344,9 @@ def bench_set(model, groups: list[Group], cosine: Cosine) -> dict:
 
 
 def machine() -> dict:
-    import torch
+    from bench_scoring import machine as facts
 
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-            "torch": torch.__version__, "threads": torch.get_num_threads(),
+    return {**facts(), "platform": platform.platform(),
             "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
 
 
@@ -400,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     model = inference.load(args.model, task="evaluator", device="cpu")
     inputs = trained_on(model.manifest)
-    shas = {_sha256(_resolve(r["path"])): r for r in inputs if r["exists"]}
+    shas = {file_sha256(_resolve(r["path"])): r for r in inputs if r["exists"]}
     seen_q = training_queries(inputs)
     logger.info("%s: theta_high %.4f; trained on %s (%d training queries found)", args.model, model.theta_high,
                 ", ".join(r["path"] for r in inputs) or "nothing the manifest names", len(seen_q))
@@ -425,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
             logger.info("%s: unavailable", name)
             continue
         files = set_files(spec, path)
-        hit = next((shas[s] for s in (_sha256(f) for f in files if f.is_file()) if s in shas), None)
+        hit = next((shas[s] for s in (file_sha256(f) for f in files if f.is_file()) if s in shas), None)
         if hit is not None:
             result["excluded"][name] = {"kind": "trained-on", "files": [str(f) for f in files],
                                         "reason": f"the manifest's {hit['field']} ({hit['path']}) is this set's file"}

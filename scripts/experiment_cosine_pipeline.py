@@ -103,7 +103,7 @@ def main() -> int:
     f, r = results["full"], results["removed"]
     naive_ms, crag_ms = f["naive"]["stage_ms"]["total"]["median"], f["crag"]["stage_ms"]["total"]["median"]
     report = {
-        "decision": {"calibration": calib.to_dict() if hasattr(calib, "to_dict") else vars(calib),
+        "decision": {"calibration": calib.to_dict(),
                      "thresholds": thresholds.to_dict(), "dev_pairs": len(dev)},
         "naive_ms": naive_ms, "crag_ms": crag_ms, "overhead_ratio": round(crag_ms / naive_ms, 3),
         "answer_recall": {"naive": f["naive"]["answer_recall"], "crag": f["crag"]["answer_recall"]},

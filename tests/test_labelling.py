@@ -243,7 +243,9 @@ def test_two_servers_one_failing(tmp_path):
         n_bad, n_good = len(bad.requests), len(good.requests)
     assert s["done"] == 12 and s["failed"] == {}
     servers = {x["url"]: x for x in s["backend"]["servers"]}
-    assert servers[bad.url]["times_taken_out"] == 1 and n_bad == 2  # out after 2 failures, for the rest of the run
+    # out after 2 failures in a row, for the rest of the run: at most the requests already in flight to it
+    # when it was taken out (concurrency 2: one more) reach it after that
+    assert servers[bad.url]["times_taken_out"] == 1 and 2 <= n_bad <= 3
     assert n_good == 12 and servers[good.url]["failures"] == 0
 
 

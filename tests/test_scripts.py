@@ -165,3 +165,31 @@ def test_experiment_biencoder_trains_and_writes_a_dense_model(tmp_path):
     text = ["who got the first nobel prize in physics"]
     tuned, zero = DenseEncoder(out).encode(text), DenseEncoder().encode(text)
     assert np.isclose(np.linalg.norm(tuned), 1.0) and not np.allclose(tuned, zero, atol=1e-4)
+
+
+def test_cosine_engine_serves_the_real_evaluator():
+    """The engine of scripts/experiment_cosine_pipeline.py behind inference's Evaluator: the packaged
+    MiniLM's cosine ranks the answering passage first and the actions follow the thresholds."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    from data_prep.dense import DenseEncoder
+    from inference.calibration import Calibration
+    from inference.decisions import Thresholds
+    from inference.evaluator import Evaluator
+    from inference.modeling import ModelSpec
+
+    spec = importlib.util.spec_from_file_location("experiment_cosine_pipeline", ROOT / "scripts" / "experiment_cosine_pipeline.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    engine = mod.CosineEngine(DenseEncoder(), ModelSpec(head="cross-encoder", max_length=128, max_query_length=32))
+    z, stats = engine.logits(["who got the first nobel prize in physics"] * 2,
+                             ["The first Nobel Prize in Physics was awarded in 1901 to Wilhelm Röntgen.",
+                              "The lift brake should be serviced every year."])
+    assert stats.pairs == 2 and z[0] > z[1] and abs(z[0]) <= mod.SCALE
+    ev = Evaluator(engine, SimpleNamespace(thresholds=Thresholds(0.5, 0.5), calibration=Calibration("platt", 1.0, -z.mean()),
+                                           sentence_max_chars=None), "test")
+    g = ev.grade("who got the first nobel prize in physics",
+                 ["The first Nobel Prize in Physics was awarded in 1901 to Wilhelm Röntgen.",
+                  "The lift brake should be serviced every year."])
+    assert [c.action for c in g.chunks] == ["Correct", "Incorrect"] and g.action == "Correct"
