@@ -16,12 +16,17 @@ all score pairs):
    CPU, the sequences of a batch run packed, without padding (:class:`UnpaddedBert`), and the last
    layer computes only the position the head reads; other cross-encoders keep padded batches with
    that last-layer shortcut (:class:`FirstTokenLayer`).
+
+:class:`BiEncoderEngine` serves the ``bi-encoder`` head with the same ``logits(queries, passages)``:
+each distinct text is encoded once (batched the same way), vectors are kept in a bounded cache, and
+``z = similarity_scale * cosine``. :func:`new_engine` picks the engine a spec needs.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
@@ -31,7 +36,7 @@ from tqdm import tqdm
 from .inputs import EncodeStats, PairEncoder
 from .kernels import (FAST_PATH_MIN_ROWS, FirstTokenLayer, PackedLinear, UnpaddedBert, cpu_fast_path_available,
                       encoder_layers, first_token_head, pack_linears, unpack_linears)
-from .modeling import ModelSpec, relevance_logits
+from .modeling import ModelSpec, mean_pooled, relevance_logits, weights_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -264,3 +269,142 @@ class ScoringEngine:
                 bar.close()
         self.stats.add(stats)
         return out, stats
+
+
+class BiEncoderEngine(ScoringEngine):
+    """``z = similarity_scale * cosine`` of mean-pooled, unit-length query and passage vectors.
+
+    Each distinct query and passage text of a call is encoded once; vectors stay in an LRU cache of
+    ``cache_size`` texts (0: none), so a passage graded again costs a dot product.
+    :meth:`remember` puts vectors computed elsewhere into that cache: a pipeline whose dense index
+    was embedded by the same weights (:attr:`fingerprint`) at the same length hands over the chunk
+    vectors it already holds. The batching (length-sorted, under ``batch_tokens``) and the opt-in
+    ``cpu_fast_path`` are the :class:`ScoringEngine`'s.
+    """
+
+    def __init__(self, model, tokenizer, spec: ModelSpec, device: torch.device, autocast_dtype: torch.dtype | None = None,
+                 batch_tokens: int | None = None, max_batch_size: int = 256, cache_size: int = 65536,
+                 cpu_fast_path: bool = False):
+        if spec.head != "bi-encoder":
+            raise ValueError(f"BiEncoderEngine serves the bi-encoder head, not {spec.head!r}")
+        self.cache_size = cache_size
+        self._cache: OrderedDict[tuple[str, str], tuple[np.ndarray, bool]] = OrderedDict()
+        self._use_cache = True
+        # the fingerprint of the weights as loaded (the fast path swaps modules, so it is taken first)
+        self._fingerprint = weights_fingerprint(model) if cpu_fast_path else None
+        super().__init__(model, tokenizer, spec, device, None, autocast_dtype, batch_tokens, max_batch_size,
+                         cpu_fast_path=cpu_fast_path, first_token_layer=False, unpadded=False)
+        self.dim = int(getattr(self.model.config, "hidden_size", 0)) or None
+
+    @property
+    def fingerprint(self) -> str:
+        """:func:`~inference.modeling.weights_fingerprint` of the weights (computed once)."""
+        if self._fingerprint is None:
+            self._fingerprint = weights_fingerprint(self.model)
+        return self._fingerprint
+
+    def _probe_logits(self) -> np.ndarray:
+        self._use_cache = False  # a speed-up is judged on vectors it computed, not on cached ones
+        try:
+            return super()._probe_logits()
+        finally:
+            self._use_cache = True
+
+    def _limit(self, kind: str) -> int:
+        return self.encoder.query_tokens() if kind == "query" else self.spec.max_length
+
+    def _forward_vectors(self, ids: np.ndarray, mask: np.ndarray) -> torch.Tensor:
+        ids_t, mask_t = torch.from_numpy(ids), torch.from_numpy(mask)
+        if self.device.type != "cpu":
+            ids_t, mask_t = ids_t.to(self.device), mask_t.to(self.device)
+        if self.autocast_dtype is not None:
+            with torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype):
+                return mean_pooled(self.model, ids_t, mask_t)
+        return mean_pooled(self.model, ids_t, mask_t)
+
+    @torch.inference_mode()
+    def vectors(self, texts: Sequence[str], kind: str = "passage", bar=None) -> tuple[np.ndarray, np.ndarray]:
+        """Unit vectors ``[len(texts), dim]`` (float32) of ``kind`` ``"query"`` or ``"passage"``
+        texts, and which of them were truncated."""
+        if kind not in ("query", "passage"):
+            raise ValueError(f"kind must be 'query' or 'passage', got {kind!r}")
+        uniq = list(dict.fromkeys(texts))
+        found: dict[str, tuple[np.ndarray, bool]] = {}
+        if self._use_cache and self.cache_size:
+            for t in uniq:
+                hit = self._cache.get((kind, t))
+                if hit is not None:
+                    self._cache.move_to_end((kind, t))
+                    found[t] = hit
+        todo = [t for t in uniq if t not in found]
+        if todo:
+            ids, _ = self.encoder.encode_texts(todo, self._limit(kind))
+            cut = self._cut(todo, kind)
+            flat, offsets, lengths = self._flatten(ids)
+            for idx in self.plan_batches(lengths):
+                padded, mask = self._pad(flat, offsets, lengths, idx, self.pad_id)
+                vec = self._forward_vectors(padded, mask).float().cpu().numpy()
+                for j, i in enumerate(idx.tolist()):
+                    found[todo[i]] = (vec[j], bool(cut[i]))
+                if bar is not None:
+                    bar.update(len(idx))
+            if self._use_cache:
+                self._put(kind, ((t, found[t]) for t in todo))
+        if not texts:
+            return np.zeros((0, self.dim or 0), dtype=np.float32), np.zeros(0, dtype=bool)
+        return (np.stack([found[t][0] for t in texts]).astype(np.float32, copy=False),
+                np.array([found[t][1] for t in texts], dtype=bool))
+
+    def _cut(self, texts: Sequence[str], kind: str) -> list[bool]:
+        prefix, suffix = self.encoder._single
+        budget = self._limit(kind) - len(prefix) - len(suffix)
+        return [len(ids) > budget for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+    def _put(self, kind: str, items) -> None:
+        if not self.cache_size:
+            return
+        for text, value in items:
+            self._cache[(kind, text)] = value
+            self._cache.move_to_end((kind, text))
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+
+    def remember(self, texts: Sequence[str], vectors: np.ndarray, kind: str = "passage") -> None:
+        """Cache ``vectors`` (unit length, this model's, computed at this spec's length limit) as the
+        vectors of ``texts``; the caller vouches for them (compare :attr:`fingerprint` first)."""
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or len(vectors) != len(texts) or (self.dim and vectors.shape[1] != self.dim):
+            raise ValueError(f"remember: {len(texts)} texts need a [{len(texts)}, {self.dim}] array, got {vectors.shape}")
+        if not self.cache_size or not len(texts):
+            return
+        self._put(kind, ((t, (v, c)) for t, v, c in zip(texts, vectors, self._cut(texts, kind))))
+
+    @torch.inference_mode()
+    def logits(self, queries: Sequence[str], passages: Sequence[str], progress: bool = False,
+               desc: str = "scoring") -> tuple[np.ndarray, EncodeStats]:
+        if len(queries) != len(passages):
+            raise ValueError(f"{len(queries)} queries but {len(passages)} passages")
+        bar = tqdm(total=len(set(queries)) + len(set(passages)), desc=desc, unit=" texts", disable=None,
+                   mininterval=1.0) if progress else None
+        try:
+            q, q_cut = self.vectors(queries, "query", bar)
+            p, p_cut = self.vectors(passages, "passage", bar)
+        finally:
+            if bar is not None:
+                bar.close()
+        z = self.spec.similarity_scale * np.einsum("ij,ij->i", q.astype(np.float64), p.astype(np.float64)) \
+            if len(queries) else np.zeros(0)
+        stats = EncodeStats(len(queries), int(p_cut.sum()), int(q_cut.sum()))
+        self.stats.add(stats)
+        return z, stats
+
+
+def new_engine(model, tokenizer, spec: ModelSpec, device: torch.device, label_ids: tuple[int, int] | None = None,
+               autocast_dtype: torch.dtype | None = None, batch_tokens: int | None = None, **kwargs) -> ScoringEngine:
+    """The engine ``spec``'s head needs: :class:`BiEncoderEngine` for ``bi-encoder``, else
+    :class:`ScoringEngine` (``kwargs``: that class's options; the cross-encoder shortcuts are
+    ignored by the bi-encoder)."""
+    if spec.head == "bi-encoder":
+        return BiEncoderEngine(model, tokenizer, spec, device, autocast_dtype, batch_tokens,
+                               cpu_fast_path=kwargs.get("cpu_fast_path", False))
+    return ScoringEngine(model, tokenizer, spec, device, label_ids, autocast_dtype, batch_tokens, **kwargs)

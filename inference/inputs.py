@@ -6,6 +6,9 @@
 * :class:`PairEncoder` - texts to token ids under a :class:`~inference.modeling.ModelSpec`:
   the query is capped at ``max_query_length`` tokens first, then the passage is truncated so the
   pair fits ``max_length`` (never the query), and truncations are counted;
+  for the bi-encoder head, the query and the passage are two sequences (``input_ids`` and
+  ``p_input_ids``), each with the tokenizer's single-sequence special tokens, the query capped at
+  ``max_query_length`` content tokens and the passage at ``max_length`` tokens in all;
 * :func:`pad_batch` - dynamic padding of encoded features (training batches and tests).
 """
 
@@ -68,7 +71,9 @@ class PairEncoder:
         warned = getattr(tokenizer, "deprecation_warnings", None)
         if isinstance(warned, dict):
             warned["sequence-length-is-longer-than-the-specified-maximum"] = True
-        if spec.head != "cross-encoder":
+        if spec.head == "bi-encoder":
+            self._single = self._single_template()
+        elif spec.head != "cross-encoder":
             t = spec.input_template
             i = t.index("{passage}")
             self._before, self._after = t[:i], t[i + len("{passage}") :]
@@ -76,6 +81,46 @@ class PairEncoder:
             self._eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
         else:
             self.template = self._pair_template()
+
+    # -- the bi-encoder's single-sequence template ----------------------------------------------
+    def _single_template(self) -> tuple[list[int], list[int]]:
+        """The special tokens the tokenizer puts around one sequence (BERT: ``[CLS]`` and ``[SEP]``),
+        read off its own encoding of a probe text and checked on every probe."""
+        tok = self.tokenizer
+        q = PROBE_PAIRS[0][0]
+        bare = tok(q, add_special_tokens=False)["input_ids"]
+        full = tok(q)["input_ids"]
+        try:
+            a = next(i for i in range(len(full)) if full[i : i + len(bare)] == bare)
+        except StopIteration:
+            raise ValueError("the tokenizer's encoding of one sequence does not contain its bare tokens; "
+                             "it cannot serve the bi-encoder head") from None
+        prefix, suffix = full[:a], full[a + len(bare) :]
+        for pair in PROBE_PAIRS:
+            for text in pair:
+                if prefix + tok(text, add_special_tokens=False)["input_ids"] + suffix != tok(text)["input_ids"]:
+                    raise ValueError("the tokenizer's single-sequence encoding is not prefix + tokens + suffix; "
+                                     "it cannot serve the bi-encoder head")
+        return prefix, suffix
+
+    def encode_texts(self, texts: Sequence[str], max_tokens: int) -> tuple[list[list[int]], int]:
+        """Bi-encoder: each text as ``prefix + tokens + suffix`` with at most ``max_tokens`` ids in
+        all (the same ids as ``tokenizer(text, truncation=True, max_length=max_tokens)``), and how
+        many were cut."""
+        prefix, suffix = self._single
+        budget = max(max_tokens - len(prefix) - len(suffix), 0)
+        out, cut = [], 0
+        for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []:
+            if len(ids) > budget:
+                cut += 1
+                ids = ids[:budget]
+            out.append(prefix + ids + suffix)
+        return out, cut
+
+    def query_tokens(self) -> int:
+        """Bi-encoder: a query's length limit with its special tokens."""
+        prefix, suffix = self._single
+        return self.spec.max_query_length + len(prefix) + len(suffix)
 
     # -- the cross-encoder pair template --------------------------------------------------------
     def _pair_template(self) -> dict[str, list[int]] | None:
@@ -128,8 +173,12 @@ class PairEncoder:
         stats = EncodeStats(pairs=len(queries))
         if not queries:
             return {"input_ids": []}, stats
-        queries, q_ids = self._cap_queries(queries, stats)
         L = self.spec.max_length
+        if self.spec.head == "bi-encoder":
+            q_ids, stats.queries_truncated = self.encode_texts(queries, self.query_tokens())
+            p_ids, stats.passages_truncated = self.encode_texts(passages, L)
+            return {"input_ids": q_ids, "p_input_ids": p_ids}, stats
+        queries, q_ids = self._cap_queries(queries, stats)
         if self.spec.head == "cross-encoder":
             if self.template is None:
                 enc = self.tokenizer(list(queries), list(passages), truncation="only_second", max_length=L,
@@ -169,7 +218,16 @@ class PairEncoder:
 
 
 def pad_batch(features: Sequence[dict[str, list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    """Dynamic padding to the longest sequence in the batch."""
+    """Dynamic padding to the longest sequence in the batch (a bi-encoder's passages, ``p_input_ids``,
+    to their own longest, as ``p_input_ids`` and ``p_attention_mask``)."""
+    out = _pad_ids(features, pad_id)
+    if features and "p_input_ids" in features[0]:
+        p = _pad_ids([{"input_ids": f["p_input_ids"]} for f in features], pad_id)
+        out["p_input_ids"], out["p_attention_mask"] = p["input_ids"], p["attention_mask"]
+    return out
+
+
+def _pad_ids(features: Sequence[dict[str, list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
     n = len(features)
     width = max(len(f["input_ids"]) for f in features)
     ids = torch.full((n, width), pad_id, dtype=torch.long)

@@ -316,7 +316,7 @@ def load_tokenizer(export: Export):
 def build_engine(export: Export, options: LoadOptions):
     """The weights, tokenizer and :class:`~inference.engine.ScoringEngine` of an export (every task
     scores pairs the same way)."""
-    from .engine import ScoringEngine
+    from .engine import new_engine
 
     m = export.manifest
     if m.model.weights in ("full", "merged-lora"):
@@ -333,10 +333,10 @@ def build_engine(export: Export, options: LoadOptions):
         except ValueError as e:
             raise ExportError(f"{export.path}: {e}") from None
     exact = options.quantize is None  # the exact shortcuts are checked against the model; int8 is not exact
-    return ScoringEngine(model, tokenizer, m.spec, options.device, label_ids, options.autocast_dtype,
-                         options.batch_tokens, cpu_fast_path=options.cpu_fast_path and exact,
-                         first_token_layer=options.first_token_layer and exact,
-                         unpadded=options.unpadded if exact else False)
+    return new_engine(model, tokenizer, m.spec, options.device, label_ids, options.autocast_dtype,
+                      options.batch_tokens, cpu_fast_path=options.cpu_fast_path and exact,
+                      first_token_layer=options.first_token_layer and exact,
+                      unpadded=options.unpadded if exact else False)
 
 
 QUANTIZE = ("int8",)

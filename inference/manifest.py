@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .calibration import Calibration
-from .modeling import DEFAULT_PASSAGE_FORMAT, ModelSpec
+from .modeling import DEFAULT_PASSAGE_FORMAT, DEFAULT_SIMILARITY_SCALE, ModelSpec
 from .tasks import TASKS, TaskSpec
 
 SCHEMA_VERSION = 1
@@ -100,6 +100,8 @@ class Manifest:
         inp: dict[str, Any] = {"template": s.input_template, "label_tokens": list(s.label_tokens),
                                "max_length": s.max_length, "max_query_length": s.max_query_length,
                                "passage_format": s.passage_format}
+        if s.head == "bi-encoder":
+            inp["similarity_scale"] = s.similarity_scale
         if self.sentence_max_chars is not None:
             inp["sentence_max_chars"] = self.sentence_max_chars
         model = {k: v for k, v in asdict(self.model).items() if v is not None}
@@ -153,6 +155,7 @@ class Manifest:
                 input_template=_get(inp, "template", (str, type(None)), where, "input", None),
                 label_tokens=tuple(_get(inp, "label_tokens", list, where, "input", ["true", "false"])),
                 passage_format=_get(inp, "passage_format", str, where, "input", DEFAULT_PASSAGE_FORMAT),
+                similarity_scale=_get(inp, "similarity_scale", (int, float), where, "input", DEFAULT_SIMILARITY_SCALE),
             )
         except ValueError as e:
             raise ExportError(f"{where}: {e}") from None

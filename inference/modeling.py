@@ -11,6 +11,11 @@ holds the answer, key sentence: the task decides what positive means).
   ``sigmoid(z)`` equals the softmax over the two token logits.
 * ``t5-head`` - ``T5ForSequenceClassification(num_labels=1)`` on ``{query} [SEP] {passage}``, as in
   the official CRAG code (trained there with MSE on -1/+1 targets).
+* ``bi-encoder`` - any encoder (``AutoModel``, a sentence-transformers checkpoint such as MiniLM)
+  encodes the query and the passage *separately*; each is mean-pooled over its tokens and
+  L2-normalised, and ``z = similarity_scale * cosine``. The calibration maps ``z`` to a probability
+  as for every head. Passage vectors do not depend on the query, so a pipeline can reuse the
+  vectors its dense index already holds (:meth:`inference.biencoder.BiEncoderEngine.remember`).
 
 :class:`ModelSpec` records how pairs become model inputs (head, template, lengths, label tokens,
 the passage format); it is stored in the manifest and read back by :func:`inference.load`, so
@@ -34,7 +39,12 @@ HEADS: dict[str, str | None] = {
     "cross-encoder": None,
     "seq2seq": "Query: {query} Document: {passage} Relevant:",
     "t5-head": "{query} [SEP] {passage}",
+    "bi-encoder": None,
 }
+#: heads whose input is one joint sequence per pair (the bi-encoder's are two sequences, no template)
+PAIR_HEADS = ("cross-encoder", "seq2seq", "t5-head")
+#: the bi-encoder's default logit scale (sentence-transformers' MultipleNegativesRankingLoss uses 20)
+DEFAULT_SIMILARITY_SCALE = 20.0
 DEFAULT_TEMPLATES = HEADS
 #: how a titled passage is shown to the model (the manifest's ``input.passage_format``)
 DEFAULT_PASSAGE_FORMAT = "{title}. {text}"
@@ -73,13 +83,20 @@ class ModelSpec:
     input_template: str | None = None
     label_tokens: tuple[str, str] = ("true", "false")
     passage_format: str = DEFAULT_PASSAGE_FORMAT
+    similarity_scale: float = DEFAULT_SIMILARITY_SCALE  # bi-encoder only: z = scale * cosine
 
     def __post_init__(self) -> None:
         if self.head not in HEADS:
             raise ValueError(f"unknown head {self.head!r}; choose one of {', '.join(HEADS)}")
         if self.input_template is None:
             self.input_template = HEADS[self.head]
-        if self.head != "cross-encoder":
+        if self.head == "bi-encoder" and self.input_template is not None:
+            raise ValueError("the bi-encoder head encodes query and passage separately: it takes no input_template")
+        if isinstance(self.similarity_scale, bool) or not isinstance(self.similarity_scale, (int, float)) \
+                or not 0 < self.similarity_scale <= 1000:
+            raise ValueError(f"similarity_scale must be a number in (0, 1000], got {self.similarity_scale!r}")
+        self.similarity_scale = float(self.similarity_scale)
+        if self.head in ("seq2seq", "t5-head"):
             t = self.input_template or ""
             if t.count("{passage}") != 1 or t.count("{query}") != 1 or t.index("{query}") > t.index("{passage}"):
                 raise ValueError(f"input_template must contain {{query}} then {{passage}} once each: {t!r}")
@@ -113,7 +130,7 @@ def infer_head(model_path: str) -> str:
 def load_backbone(model_path: str, head: str, dtype: torch.dtype | None = None, **kwargs: Any):
     """The transformers model for ``head`` (weights from ``model_path``); ``kwargs`` go to
     ``from_pretrained`` (e.g. ``use_safetensors``, ``output_loading_info``)."""
-    from transformers import AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, T5ForSequenceClassification
+    from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoModelForSequenceClassification, T5ForSequenceClassification
 
     kw: dict[str, Any] = dict(kwargs)
     if dtype is not None:
@@ -122,6 +139,8 @@ def load_backbone(model_path: str, head: str, dtype: torch.dtype | None = None, 
         return AutoModelForSeq2SeqLM.from_pretrained(model_path, **kw)
     if head == "t5-head":
         return T5ForSequenceClassification.from_pretrained(model_path, num_labels=1, **kw)
+    if head == "bi-encoder":
+        return AutoModel.from_pretrained(model_path, **kw)
     return AutoModelForSequenceClassification.from_pretrained(model_path, num_labels=1, **kw)
 
 
@@ -135,8 +154,23 @@ def label_token_ids(tokenizer, label_tokens: Sequence[str]) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def relevance_logits(model, batch: dict[str, torch.Tensor], head: str, label_ids: tuple[int, int] | None = None) -> torch.Tensor:
-    """One logit per pair (shape ``[N]``), for every head."""
+def mean_pooled(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Unit-length sentence vectors ``[N, hidden]``: the last hidden states averaged over the tokens
+    of ``attention_mask`` (sentence-transformers' mean pooling), then L2-normalised."""
+    hidden = model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
+    emb = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(emb.float(), dim=-1)
+
+
+def relevance_logits(model, batch: dict[str, torch.Tensor], head: str, label_ids: tuple[int, int] | None = None,
+                     similarity_scale: float = DEFAULT_SIMILARITY_SCALE) -> torch.Tensor:
+    """One logit per pair (shape ``[N]``), for every head. A bi-encoder batch holds the queries as
+    ``input_ids``/``attention_mask`` and the passages as ``p_input_ids``/``p_attention_mask``."""
+    if head == "bi-encoder":
+        q = mean_pooled(model, batch["input_ids"], batch["attention_mask"])
+        p = mean_pooled(model, batch["p_input_ids"], batch["p_attention_mask"])
+        return similarity_scale * (q * p).sum(-1)
     if head == "seq2seq":
         if label_ids is None:
             raise ValueError("the seq2seq head needs the label token ids")
@@ -149,3 +183,18 @@ def relevance_logits(model, batch: dict[str, torch.Tensor], head: str, label_ids
         return (lg[:, label_ids[0]] - lg[:, label_ids[1]]).float()
     kw = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
     return model(**kw).logits[:, 0].float()
+
+
+def weights_fingerprint(model) -> str:
+    """sha256 over a model's parameters and buffers (names, dtypes, shapes and bytes, sorted by
+    name): equal for two loaded models exactly when they compute the same function, whatever file
+    or folder they came from. Used to tell whether a dense index was embedded by the same weights as
+    a bi-encoder export."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, t in sorted(model.state_dict().items()):
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()

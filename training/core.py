@@ -72,17 +72,17 @@ def build_spec(cfg: TrainConfig, model_path: str) -> ModelSpec:
     head = infer_head(model_path) if cfg.head == "auto" else cfg.head
     return ModelSpec(head=head, max_length=cfg.max_length, max_query_length=cfg.max_query_length,
                      input_template=cfg.input_template, label_tokens=tuple(cfg.label_tokens),
-                     passage_format=cfg.passage_format)
+                     passage_format=cfg.passage_format, similarity_scale=cfg.similarity_scale)
 
 
 def serving_logits(model, tokenizer, spec: ModelSpec, label_ids, pairs, device) -> np.ndarray:
-    """The logits of ``pairs`` through :class:`~inference.engine.ScoringEngine`, without changing
-    ``model`` (no layer is swapped: the unpadded BERT path is a wrapper)."""
-    from inference.engine import ScoringEngine
+    """The logits of ``pairs`` through the serving engine (:func:`inference.engine.new_engine`),
+    without changing ``model`` (no layer is swapped: the unpadded BERT path is a wrapper)."""
+    from inference.engine import new_engine
     from inference.inputs import passage_text
 
-    engine = ScoringEngine(model, tokenizer, spec, device, label_ids, first_token_layer=False,
-                           unpadded=device.type == "cpu")
+    engine = new_engine(model, tokenizer, spec, device, label_ids, first_token_layer=False,
+                        unpadded=device.type == "cpu")
     return engine.logits([p.query for p in pairs], [passage_text(p.passage, spec.passage_format) for p in pairs],
                          progress=True, desc="calibration")[0]
 
@@ -215,7 +215,7 @@ def train_model(cfg: TrainConfig) -> TrainResult:
         model=model, args=args, train_dataset=train_ds, eval_dataset=dev_ds, data_collator=Collator(tokenizer.pad_token_id),
         processing_class=tokenizer, compute_metrics=make_compute_metrics(dev_ds.group_ids), head=spec.head,
         loss_name=cfg.loss, label_ids=label_ids, pos_weight=cfg.pos_weight, head_learning_rate=head_lr,
-        group_by_length=cfg.group_by_length,
+        group_by_length=cfg.group_by_length, similarity_scale=spec.similarity_scale,
     )
     resume = cfg.resume_from_checkpoint
     if resume == "auto":
@@ -224,7 +224,11 @@ def train_model(cfg: TrainConfig) -> TrainResult:
         resume = get_last_checkpoint(cfg.output_dir) if Path(cfg.output_dir).is_dir() else None
         if resume:
             logger.info("resuming from %s", resume)
-    train_out = trainer.train(resume_from_checkpoint=resume)
+    if cfg.max_steps == 0:  # calibrate and export the backbone as it is
+        logger.info("max_steps 0: no training; the model is calibrated on dev and exported as loaded")
+        train_out = SimpleNamespace(global_step=0, training_loss=None, metrics={})
+    else:
+        train_out = trainer.train(resume_from_checkpoint=resume)
 
     # --- calibrate on dev, fit the decision, export --------------------------------------------
     result = TrainResult(None, {}, None)

@@ -296,6 +296,11 @@ def load_mix(cfg) -> Mix:
     return mix
 
 
+def feature_length(f: dict[str, list[int]]) -> int:
+    """The longest sequence of an encoded pair (a bi-encoder pair has two: query and passage)."""
+    return max(len(f["input_ids"]), len(f.get("p_input_ids", ())))
+
+
 class EncodedPairs(torch.utils.data.Dataset):
     """Pre-tokenised pointwise pairs: ``input_ids`` (+ ``token_type_ids``), ``labels``, ``length``.
     ``sources``: each pair's :data:`MIX_TAG` (the train_mix source of a dev pair), else ``None``."""
@@ -318,7 +323,7 @@ class EncodedPairs(torch.utils.data.Dataset):
             self.stats.add(st)
             keys = list(enc)
             self.features.extend({k: enc[k][j] for k in keys} for j in range(len(chunk)))
-        self.lengths = [len(f["input_ids"]) for f in self.features]
+        self.lengths = [feature_length(f) for f in self.features]
 
     def __len__(self) -> int:
         return len(self.features)
@@ -339,7 +344,7 @@ class EncodedGroups(torch.utils.data.Dataset):
             self.stats.add(st)
             keys = list(enc)
             self.items.append([{k: enc[k][j] for k in keys} for j in range(len(passages))])
-        self.lengths = [max(len(f["input_ids"]) for f in item) for item in self.items]
+        self.lengths = [max(feature_length(f) for f in item) for item in self.items]
 
     def __len__(self) -> int:
         return len(self.items)

@@ -40,9 +40,10 @@ def apply_lora(model, cfg, head: str):
     """Wrap ``model`` in LoRA adapters (peft); the scoring head stays fully trainable and saved."""
     from peft import LoraConfig, TaskType, get_peft_model
 
-    task = TaskType.SEQ_2_SEQ_LM if head == "seq2seq" else TaskType.SEQ_CLS
+    task = {"seq2seq": TaskType.SEQ_2_SEQ_LM, "bi-encoder": TaskType.FEATURE_EXTRACTION}.get(head, TaskType.SEQ_CLS)
+    heads = None if head == "bi-encoder" else head_module_names(model) or None  # mean pooling: no head module
     lcfg = LoraConfig(task_type=task, r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=cfg.lora_target_modules, modules_to_save=head_module_names(model) or None)
+                      target_modules=cfg.lora_target_modules, modules_to_save=heads)
     model = get_peft_model(model, lcfg)
     if int(os.environ.get("RANK", "0")) == 0:
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)

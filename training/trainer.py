@@ -76,8 +76,10 @@ class PairTrainer(Trainer):
     """Logits for every head, our losses, a head learning rate, seeded length-grouped batches."""
 
     def __init__(self, *args: Any, head: str, loss_name: str, label_ids=None, pos_weight=None,
-                 head_learning_rate: float | None = None, group_by_length: bool = True, **kwargs: Any):
+                 head_learning_rate: float | None = None, group_by_length: bool = True,
+                 similarity_scale: float = 20.0, **kwargs: Any):
         super().__init__(*args, **kwargs)
+        self.similarity_scale = similarity_scale
         self.head = head
         self.loss_name = loss_name
         self.label_ids = label_ids
@@ -119,7 +121,7 @@ class PairTrainer(Trainer):
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         labels = inputs.pop("labels")
         group_size = inputs.pop("group_size", None)
-        z = relevance_logits(model, inputs, self.head, self.label_ids)
+        z = relevance_logits(model, inputs, self.head, self.label_ids, self.similarity_scale)
         name = self.loss_name
         if group_size is None and name == "group-ce":
             name = "bce"  # dev pairs are pointwise
@@ -173,7 +175,7 @@ def training_arguments(cfg, has_dev: bool = True) -> TrainingArguments:
         warmup_steps=cfg.warmup_ratio,
         lr_scheduler_type=cfg.lr_scheduler_type,
         num_train_epochs=cfg.num_train_epochs,
-        max_steps=cfg.max_steps,
+        max_steps=cfg.max_steps if cfg.max_steps != 0 else -1,  # 0: no training (training.core)
         per_device_train_batch_size=cfg.per_device_train_batch_size,
         per_device_eval_batch_size=cfg.per_device_eval_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,

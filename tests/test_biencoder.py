@@ -1,0 +1,167 @@
+"""The bi-encoder head: trained and exported like every head, served by BiEncoderEngine, equal to a
+plain mean-pooled cosine, with a calibrate-only export (max_steps 0) and a vector cache."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import inference
+from data_prep.io import read_records
+from data_prep.records import LabelledPair
+from inference.engine import BiEncoderEngine
+from inference.inputs import PairEncoder, passage_text
+from inference.modeling import ModelSpec, weights_fingerprint
+from training.config import ConfigError, EvaluatorConfig
+from training.core import train_model
+from training_data import make_evaluator_data
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_evaluator_data(tmp_path_factory.mktemp("bi-data"))
+
+
+def _config(tiny_bert, data, d, **kw):
+    base = dict(model_name_or_path=str(tiny_bert), head="bi-encoder", train_file=str(data["train_groups"]),
+                dev_file=str(data["dev_pairs"]), output_dir=str(d / "run"), export_dir=str(d / "export"),
+                loss="group-ce", group_size=4, max_steps=3, eval_steps=0, save_steps=3, max_length=96,
+                max_query_length=24, logging_steps=1, per_device_train_batch_size=4, warmup_ratio=0.0,
+                min_dev_pairs=20, report_to="none", learning_rate=1e-3)
+    base.update(kw)
+    return EvaluatorConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def bi_export(tiny_bert, data, tmp_path_factory):
+    return train_model(_config(tiny_bert, data, tmp_path_factory.mktemp("bi"))).export_dir
+
+
+@pytest.fixture(scope="module")
+def dev_pairs(data):
+    return list(read_records(data["dev_pairs"], LabelledPair))
+
+
+def _plain_cosine_logits(folder, queries, passages, max_length, query_tokens, scale):
+    """What the head means, written out with plain transformers calls."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModel.from_pretrained(str(folder)).eval()
+
+    def embed(texts, limit):
+        out = []
+        with torch.no_grad():
+            for t in texts:  # one at a time: no padding at all
+                enc = tok(t, truncation=True, max_length=limit, return_tensors="pt")
+                h = model(**enc).last_hidden_state[0]
+                out.append(torch.nn.functional.normalize(h.mean(0), dim=-1).numpy())
+        return np.stack(out)
+
+    q, p = embed(queries, query_tokens), embed(passages, max_length)
+    return scale * (q * p).sum(1)
+
+
+def test_export_scores_as_a_plain_mean_pooled_cosine(bi_export, dev_pairs):
+    ev = inference.load(bi_export)
+    assert isinstance(ev.engine, BiEncoderEngine)
+    man = json.loads((bi_export / "evaluator.json").read_text())
+    assert man["model"]["head"] == "bi-encoder" and man["input"]["similarity_scale"] == 20.0
+    assert man["training"]["global_step"] == 3
+    pairs = dev_pairs[:24]
+    qs, ps = [p.query for p in pairs], [passage_text(p.passage) for p in pairs]
+    want = _plain_cosine_logits(bi_export, qs, ps, 96, 24 + 2, 20.0)
+    got = ev.logits([(p.query, p.passage) for p in pairs])
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(ev.score([(p.query, p.passage) for p in pairs]), ev.calibrate(want), atol=1e-5)
+    g = ev.grade(pairs[0].query, [p.passage for p in pairs[:4]])
+    assert g.action in ("Correct", "Ambiguous", "Incorrect") and len(g.chunks) == 4
+
+
+def test_training_moves_the_weights_and_dev_metrics_are_recorded(bi_export, tiny_bert):
+    from transformers import AutoModel
+
+    base = weights_fingerprint(AutoModel.from_pretrained(str(tiny_bert)))
+    assert inference.load(bi_export).engine.fingerprint != base
+    man = json.loads((bi_export / "evaluator.json").read_text())
+    assert man["metrics"]["dev"]["auc"] is not None and man["thresholds"]["theta_high"] >= man["thresholds"]["theta_low"]
+
+
+def test_max_steps_0_exports_the_backbone_calibrated(tiny_bert, data, tmp_path, dev_pairs):
+    from transformers import AutoModel
+
+    res = train_model(_config(tiny_bert, data, tmp_path, max_steps=0, loss="bce", train_file=str(data["train_pairs"])))
+    ev = inference.load(res.export_dir)
+    # the same function as the backbone it was given, whatever file it came from
+    assert ev.engine.fingerprint == weights_fingerprint(AutoModel.from_pretrained(str(tiny_bert)))
+    man = json.loads((res.export_dir / "evaluator.json").read_text())
+    assert man["training"]["global_step"] == 0 and man["training"]["train_loss"] is None
+    assert man["calibration"]["method"] == "platt" and man["calibration"]["dev_pairs"] == len(dev_pairs)
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").glob("checkpoint-*"))
+
+
+def test_pair_encoder_ids_are_the_tokenizers_single_sequences(bi_export):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(bi_export))
+    spec = ModelSpec(head="bi-encoder", max_length=12, max_query_length=4)
+    enc = PairEncoder(tok, spec)
+    qs = ["who won the first nobel prize in physics", "when"]
+    ps = ["the first nobel prize in physics was awarded to wilhelm conrad roentgen in 1901", "x rays"]
+    out, stats = enc.encode(qs, ps)
+    assert out["input_ids"] == [tok(q, truncation=True, max_length=6)["input_ids"] for q in qs]
+    assert out["p_input_ids"] == [tok(p, truncation=True, max_length=12)["input_ids"] for p in ps]
+    assert (stats.queries_truncated, stats.passages_truncated) == (1, 1)
+
+
+def test_cache_reuses_vectors_and_remember_is_used(bi_export, dev_pairs):
+    ev = inference.load(bi_export)
+    eng = ev.engine
+    eng.cache_size = 3
+    texts = [passage_text(p.passage) for p in dev_pairs[:5]]
+    v, cut = eng.vectors(texts)
+    assert v.shape == (5, eng.dim) and np.allclose(np.linalg.norm(v, axis=1), 1, atol=1e-5)
+    assert cut.tolist() == [len(eng.tokenizer(t)["input_ids"]) > 96 for t in texts] and cut.any()
+    assert len(eng._cache) == 3  # bounded, least recently used out
+    again, _ = eng.vectors(texts[-1:])
+    np.testing.assert_allclose(again[0], v[-1], atol=1e-6)
+    # a remembered vector is what the next call uses (the pipeline hands over its index's vectors)
+    q = dev_pairs[0].query
+    qv, _ = eng.vectors([q], "query")
+    eng.remember([texts[0]], qv)
+    z, stats = eng.logits([q], [texts[0]])
+    assert z[0] == pytest.approx(20.0, abs=1e-4) and stats.pairs == 1
+    with pytest.raises(ValueError, match="texts need"):
+        eng.remember(texts[:2], qv)
+    with pytest.raises(ValueError, match="kind"):
+        eng.vectors(texts, "sentence")
+
+
+def test_bi_encoder_settings_are_checked(tiny_bert, data, tmp_path):
+    with pytest.raises(ConfigError, match="input_template"):
+        _config(tiny_bert, data, tmp_path, input_template="{query} {passage}")
+    with pytest.raises(ConfigError, match="similarity_scale"):
+        _config(tiny_bert, data, tmp_path, similarity_scale=0)
+    with pytest.raises(ConfigError, match="max_steps"):
+        _config(tiny_bert, data, tmp_path, max_steps=-2)
+    with pytest.raises(ValueError, match="no input_template"):
+        ModelSpec(head="bi-encoder", input_template="{query} {passage}")
+
+
+@pytest.mark.parametrize("merge", [True, False])
+def test_lora_bi_encoder_exports_load(tiny_bert, data, tmp_path, dev_pairs, merge):
+    from inference.metrics import evaluate_scores
+
+    res = train_model(_config(tiny_bert, data, tmp_path, max_steps=2, save_steps=2, use_lora=True, merge_lora=merge,
+                              lora_r=4, lora_alpha=8, lora_target_modules=["query", "value"]))
+    ev = inference.load(res.export_dir)
+    man = json.loads((res.export_dir / "evaluator.json").read_text())
+    assert man["model"]["weights"] == ("merged-lora" if merge else "lora-adapter")
+    # the loaded model scores the dev pairs as training's calibration did
+    probs = ev.score([(p.query, p.passage) for p in dev_pairs])
+    got = evaluate_scores(probs, [p.label for p in dev_pairs], ev.theta_high, ev.theta_low,
+                          query_ids=[p.query_id for p in dev_pairs])
+    assert got["auc"] == pytest.approx(man["metrics"]["dev"]["auc"], abs=1e-6)
