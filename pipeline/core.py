@@ -45,7 +45,7 @@ from inference.decisions import query_action
 
 from .evidence import CredibilityTable, detect_conflicts
 from .generate import ExtractiveGenerator
-from .grading import Friendliness, Grading, GradingConfig, grade_hits
+from .grading import Friendliness, Grading, GradingConfig, IndexVectors, grade_hits
 from .recall import HybridRecall
 from .refine import RefineConfig, refine
 from .rounds import MAX_ROUNDS, OVERLAP_STOP, results_overlap, rewrite_query
@@ -193,6 +193,14 @@ class CragPipeline:
         self.credibility = credibility or CredibilityTable()
         c = self.config
         self.recall = HybridRecall(index, weights=c.weights, top_k=c.route_k, rrf_k=c.rrf_k)
+        self._vectors: IndexVectors | None = None
+
+    @property
+    def index_vectors(self) -> IndexVectors:
+        """Whether grading reuses the index's vectors (a bi-encoder evaluator of the index's weights)."""
+        if self._vectors is None:
+            self._vectors = IndexVectors(self.index, self.evaluator)
+        return self._vectors
 
     @classmethod
     def from_paths(cls, index_dir: str, evaluator: str, extractor: str | None = None,
@@ -227,6 +235,7 @@ class CragPipeline:
         with clock.stage("recall"):
             hits = self.recall.recall(q)
         with clock.stage("grade"):
+            self.index_vectors.hand_over(q, hits[: cfg.grading.grade_k])
             grading = grade_hits(q, hits, self.evaluator, cfg.grading, self.answer_classifier)
         queries = [q]
         seen = [h.chunk.id for h in hits[: cfg.grading.grade_k]]
@@ -248,6 +257,7 @@ class CragPipeline:
                 known = set(seen)
                 fresh = [h for h in new_hits if h.chunk.id not in known]
                 seen.extend(h.chunk.id for h in fresh[: cfg.grading.grade_k])
+                self.index_vectors.hand_over(q, fresh[: cfg.grading.grade_k])
                 more = grade_hits(q, fresh, self.evaluator, cfg.grading, self.answer_classifier)
                 grading = _combine(grading, more)
         graded = list(grading.chunks)

@@ -10,6 +10,10 @@
   words, an answer-bearing sentence (the answer classifier's score when loaded), and the share of
   the question's words in the chunk, mixed by the weights of :class:`Friendliness`; the final order
   is ``(1 - weight) * evaluator score + weight * friendliness``. Off by default (weight 0).
+* A bi-encoder evaluator embedded by the same weights as the index's dense route
+  (:class:`IndexVectors`) grades with the chunk vectors the index already holds, and with the query
+  vector the dense route just computed: grading then costs dot products, not a model pass. The
+  scores are the ones the evaluator would compute itself.
 """
 
 from __future__ import annotations
@@ -117,3 +121,60 @@ def grade_hits(question: str, hits: Sequence[Hit], evaluator, cfg: GradingConfig
     graded.sort(key=lambda c: (not c.kept, -key(c)))
     action = g.action if any(c.kept for c in graded) else "Incorrect"
     return Grading(action, g.action, graded, g.theta_high, g.theta_low, g.passages_truncated)
+
+
+class IndexVectors:
+    """Hands the index's stored vectors to a bi-encoder evaluator, where they are the evaluator's own.
+
+    That holds when the evaluator's engine takes vectors (:meth:`~inference.engine.BiEncoderEngine.remember`),
+    the index has a dense part embedded as ``title\ntext`` at the evaluator's ``max_length``, and the
+    index's encoder computes the same function as the evaluator (equal
+    :func:`~inference.modeling.weights_fingerprint`). Each chunk is then handed over only if the
+    text the evaluator scores (its ``passage_format``) is the text the index embedded, and the
+    query only if it fits the evaluator's query length. :attr:`why_not` says why it does not apply.
+    """
+
+    def __init__(self, index, evaluator):
+        self.index, self.evaluator = index, evaluator
+        self.why_not = self._check()
+        self.handed = 0
+
+    @property
+    def active(self) -> bool:
+        return self.why_not is None
+
+    def _check(self) -> str | None:
+        engine = getattr(self.evaluator, "engine", None)
+        if not hasattr(engine, "remember"):
+            return "the evaluator is not a bi-encoder"
+        if not getattr(self.index, "has_dense", False):
+            return "the index has no dense part"
+        from .index import DENSE_TEXT
+
+        info = self.index.info.get("dense") or {}
+        if info.get("text") != DENSE_TEXT or not info.get("normalized"):
+            return "the index's vectors are not unit vectors of title and text"
+        if info.get("max_length") != self.evaluator.spec.max_length:
+            return (f"the index embedded {info.get('max_length')} tokens per chunk, the evaluator reads "
+                    f"{self.evaluator.spec.max_length}")
+        from inference.modeling import weights_fingerprint
+
+        if weights_fingerprint(self.index.encoder.model) != engine.fingerprint:
+            return "the index was embedded by other weights than the evaluator's"
+        return None
+
+    def hand_over(self, question: str, hits: Sequence[Hit]) -> int:
+        """Give the evaluator the vectors of ``hits`` (and of ``question``); how many chunks."""
+        if not self.active:
+            return 0
+        engine = self.evaluator.engine
+        mine = [(h.row, p) for h in hits if h.row is not None
+                for p in [h.chunk.to_passage()] if self.evaluator.passage_text(p) == p.full_text("\n")]
+        if mine:
+            engine.remember([p.full_text("\n") for _, p in mine], self.index.chunk_vectors([r for r, _ in mine]))
+        q = self.index.known_query_vector(question)
+        if q is not None and len(engine.tokenizer(question, add_special_tokens=False)["input_ids"]) \
+                <= self.evaluator.spec.max_query_length:
+            engine.remember([question], q, kind="query")
+        self.handed += len(mine)
+        return len(mine)

@@ -83,10 +83,22 @@ _HOW_TO_BUILD = "build it with `python -m pipeline index`"
 @lru_cache(maxsize=4)
 def load_encoder(path: str, device: str | None = None) -> "DenseEncoder":
     """A :class:`data_prep.dense.DenseEncoder` for the model folder ``path``, loaded once per
-    process (indexes over the same model share it)."""
+    process (indexes over the same model share it). A bi-encoder evaluator export is read at its
+    manifest's ``max_length``, so its grading can reuse the index's vectors."""
     from data_prep.dense import DenseEncoder
 
-    return DenseEncoder(path, device=device)
+    length = _bi_encoder_length(Path(path))
+    return DenseEncoder(path, device=device, **({"max_length": length} if length else {}))
+
+
+def _bi_encoder_length(folder: Path) -> int | None:
+    """``max_length`` of a bi-encoder evaluator export's manifest (None for any other folder)."""
+    if not (folder / "evaluator.json").is_file():
+        return None
+    from inference.loading import read_export
+
+    m = read_export(folder).manifest
+    return m.spec.max_length if m.spec.head == "bi-encoder" else None
 
 
 def _dense_spec(dense_model: str | os.PathLike | None) -> dict[str, Any] | None:
@@ -317,6 +329,7 @@ class HybridIndex:
         self._encoder = encoder
         self._faiss = None
         self._lock = threading.Lock()
+        self._query_vectors: dict[str, np.ndarray] = {}
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
@@ -425,8 +438,24 @@ class HybridIndex:
         return self._encoder
 
     def encode_query(self, query: str) -> np.ndarray:
-        """``(1, dim)`` unit vector of ``query``."""
-        return self.encoder.encode([query])
+        """``(1, dim)`` unit vector of ``query`` (the last few are kept: grading may reuse them)."""
+        vec = self._query_vectors.get(query)
+        if vec is None:
+            vec = self.encoder.encode([query])
+            self._query_vectors[query] = vec
+            while len(self._query_vectors) > 16:
+                self._query_vectors.pop(next(iter(self._query_vectors)))
+        return vec
+
+    def known_query_vector(self, query: str) -> np.ndarray | None:
+        """The vector :meth:`encode_query` gave ``query`` lately (``None`` if none)."""
+        return self._query_vectors.get(query)
+
+    def chunk_vectors(self, rows: Sequence[int]) -> np.ndarray:
+        """The stored unit vectors of ``rows`` (``[len(rows), dim]`` float32)."""
+        if not self.has_dense:
+            raise ValueError(f"index {self.dir} was built without dense embeddings (BM25 only)")
+        return np.asarray(self.dense[np.asarray(rows, dtype=np.int64)], dtype=np.float32)
 
     def dense_search(self, query: str, k: int) -> list[tuple[int, float]]:
         """Top ``k`` ``(row, cosine similarity)`` by the dense embeddings, best first."""

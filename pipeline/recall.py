@@ -192,12 +192,13 @@ class HybridRecall:
         chunks = {r: self.index.chunk(r) for r in _unique(r for rr in rows.values() for r in rr)}
         rankings = {route: [chunks[r].id for r in rr] for route, rr in rows.items()}
         by_id = {c.id: c for c in chunks.values()}
+        row_of = {c.id: r for r, c in chunks.items()}
         ranks = {route: {cid: i for i, cid in reversed(list(enumerate(ids, start=1)))} for route, ids in rankings.items()}
         fused = weighted_rrf(rankings, self.weights, self.rrf_k)
         if k is not None:
             fused = fused[:k]
         return [
-            Hit(by_id[cid], score, {route: ranks[route][cid] for route in rankings if cid in ranks[route]})
+            Hit(by_id[cid], score, {route: ranks[route][cid] for route in rankings if cid in ranks[route]}, row_of[cid])
             for cid, score in fused
         ]
 

@@ -74,6 +74,7 @@ class Hit:
     chunk: Chunk
     score: float
     routes: dict[str, int] = field(default_factory=dict)
+    row: int | None = None  # the chunk's row in the index (None: not from an index, e.g. the web)
 
 
 @dataclass

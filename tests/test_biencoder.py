@@ -165,3 +165,73 @@ def test_lora_bi_encoder_exports_load(tiny_bert, data, tmp_path, dev_pairs, merg
     got = evaluate_scores(probs, [p.label for p in dev_pairs], ev.theta_high, ev.theta_low,
                           query_ids=[p.query_id for p in dev_pairs])
     assert got["auc"] == pytest.approx(man["metrics"]["dev"]["auc"], abs=1e-6)
+
+
+# --------------------------------------------------------------------------------------------
+# the pipeline grades with the index's vectors when they are the evaluator's own
+
+
+@pytest.fixture(scope="module")
+def newline_export(tiny_bert, data, tmp_path_factory):
+    """A calibrate-only bi-encoder export that shows passages as the dense index embeds them."""
+    d = tmp_path_factory.mktemp("bi-nl")
+    return train_model(_config(tiny_bert, data, d, max_steps=0, loss="bce", train_file=str(data["train_pairs"]),
+                               passage_format="{title}\n{text}")).export_dir
+
+
+def _chunks(dev_pairs):
+    from pipeline.chunking import chunk_document
+
+    seen, out = set(), []
+    for p in dev_pairs:
+        if p.passage.id not in seen:
+            seen.add(p.passage.id)
+            out.extend(chunk_document(p.passage.id, p.passage.text, p.passage.title, "nq"))
+    return out
+
+
+def test_pipeline_grades_with_the_index_vectors(newline_export, bi_export, dev_pairs, tmp_path):
+    from pipeline import CragPipeline
+    from pipeline.index import build_index
+
+    chunks = _chunks(dev_pairs)
+    index = build_index(chunks, tmp_path / "index", dense_model=str(newline_export))
+    assert index.info["dense"]["max_length"] == 96  # read off the export's manifest
+    ev = inference.load(newline_export)
+    pipe = CragPipeline(index, ev)
+    q = dev_pairs[0].query
+    res = pipe.ask(q)
+    assert pipe.index_vectors.active and pipe.index_vectors.handed == len(res.graded) > 0
+    # the handed-over vectors give the scores the evaluator computes itself
+    fresh = inference.load(newline_export)
+    want = fresh.score([(q, g.chunk.to_passage()) for g in res.graded])
+    np.testing.assert_allclose([g.score for g in res.graded], want, atol=1e-5)
+    # the query vector came from the dense route, the chunk vectors from the index: no model pass
+    from pipeline.grading import grade_hits
+
+    q2 = dev_pairs[8].query
+    hits = pipe.recall.recall(q2)
+    assert pipe.index_vectors.hand_over(q2, hits[:5]) == 5
+
+    def no_model(*a, **k):
+        raise AssertionError("grading ran the model")
+
+    ev.engine._forward_vectors = no_model
+    g = grade_hits(q2, hits, ev)
+    np.testing.assert_allclose(sorted(c.score for c in g.chunks),
+                               sorted(fresh.score([(q2, h.chunk.to_passage()) for h in hits[:5]])), atol=1e-5)
+    del ev.engine._forward_vectors
+
+    # an index embedded by other weights, or an evaluator that shows passages differently: no handover
+    from data_prep.dense import DenseEncoder
+
+    # (newline_export is tiny_bert calibrated, untrained; bi_export is tiny_bert trained 3 steps)
+    other = build_index(chunks, tmp_path / "other", encoder=DenseEncoder(bi_export, max_length=96))
+    assert "other weights" in CragPipeline(other, ev).index_vectors.why_not
+    longer = build_index(chunks, tmp_path / "longer", encoder=DenseEncoder(newline_export, max_length=128))
+    assert "tokens per chunk" in CragPipeline(longer, ev).index_vectors.why_not
+    dotted = inference.load(newline_export)
+    dotted.engine.spec.passage_format = "{title}. {text}"
+    p2 = CragPipeline(index, dotted)
+    p2.ask(q)
+    assert p2.index_vectors.active and p2.index_vectors.handed == 0
