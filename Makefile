@@ -44,14 +44,21 @@ quickstart-models: $(STAMP)
 	$(LAUNCH) training/train_answer_classifier.py
 
 ## The CRAG pipeline on the quickstart export (run `make quickstart` first; `make quickstart-models`
-## adds the extractor to refinement): index the bundled NQ-open sample, ask one question.
+## adds the extractor to refinement): index the bundled NQ-open sample, ask one question. A
+## bi-encoder export is the index's dense model too, so grading reuses the index's vectors; the
+## index is rebuilt when the export is newer.
 PIPELINE_INDEX := outputs/index/nq-open
 QUESTION ?= who got the first nobel prize in physics
-pipeline-demo: $(STAMP)
-	@test -f outputs/evaluator-quickstart/evaluator.json || { echo "no evaluator export: run 'make quickstart' first"; exit 2; }
-	@test -f $(PIPELINE_INDEX)/index.json || $(PY) -m pipeline index --format nq-open \
-		--input data/sample/nq_open/nq-open-oracle.jsonl.gz --out $(PIPELINE_INDEX) --overwrite
-	$(PY) -m pipeline ask "$(QUESTION)" --index $(PIPELINE_INDEX) --evaluator outputs/evaluator-quickstart \
+EVALUATOR := outputs/evaluator-quickstart
+$(PIPELINE_INDEX)/index.json: $(EVALUATOR)/evaluator.json
+	$(PY) -m pipeline index --format nq-open --input data/sample/nq_open/nq-open-oracle.jsonl.gz \
+		--out $(PIPELINE_INDEX) --overwrite $$($(PY) -c "import json,sys; m=json.load(open(sys.argv[1])); \
+		print('--dense-model ' + sys.argv[2] if m['model']['head'] == 'bi-encoder' else '')" \
+		$(EVALUATOR)/evaluator.json $(EVALUATOR))
+$(EVALUATOR)/evaluator.json:
+	@echo "no evaluator export: run 'make quickstart' first"; exit 2
+pipeline-demo: $(STAMP) $(PIPELINE_INDEX)/index.json
+	$(PY) -m pipeline ask "$(QUESTION)" --index $(PIPELINE_INDEX) --evaluator $(EVALUATOR) \
 		$$(test -f outputs/extractor-quickstart/extractor.json && echo --extractor outputs/extractor-quickstart)
 
 test: $(STAMP)

@@ -163,12 +163,23 @@ def mean_pooled(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) ->
     return torch.nn.functional.normalize(emb.float(), dim=-1)
 
 
+def _pooled_once(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """:func:`mean_pooled` of each distinct row once (a batch of groups repeats its queries)."""
+    uniq, inverse = torch.unique(input_ids, dim=0, return_inverse=True)
+    if len(uniq) == len(input_ids):
+        return mean_pooled(model, input_ids, attention_mask)
+    rows = torch.arange(len(input_ids), device=input_ids.device)
+    first = torch.full((len(uniq),), len(input_ids), dtype=rows.dtype, device=rows.device).scatter_reduce(
+        0, inverse, rows, reduce="amin")
+    return mean_pooled(model, input_ids[first], attention_mask[first])[inverse]
+
+
 def relevance_logits(model, batch: dict[str, torch.Tensor], head: str, label_ids: tuple[int, int] | None = None,
                      similarity_scale: float = DEFAULT_SIMILARITY_SCALE) -> torch.Tensor:
     """One logit per pair (shape ``[N]``), for every head. A bi-encoder batch holds the queries as
     ``input_ids``/``attention_mask`` and the passages as ``p_input_ids``/``p_attention_mask``."""
     if head == "bi-encoder":
-        q = mean_pooled(model, batch["input_ids"], batch["attention_mask"])
+        q = _pooled_once(model, batch["input_ids"], batch["attention_mask"])  # a group's query: encoded once
         p = mean_pooled(model, batch["p_input_ids"], batch["p_attention_mask"])
         return similarity_scale * (q * p).sum(-1)
     if head == "seq2seq":

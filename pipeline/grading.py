@@ -157,9 +157,9 @@ class IndexVectors:
         if info.get("max_length") != self.evaluator.spec.max_length:
             return (f"the index embedded {info.get('max_length')} tokens per chunk, the evaluator reads "
                     f"{self.evaluator.spec.max_length}")
-        from inference.modeling import weights_fingerprint
+        from .index import encoder_fingerprint
 
-        if weights_fingerprint(self.index.encoder.model) != engine.fingerprint:
+        if encoder_fingerprint(self.index.encoder) != engine.fingerprint:
             return "the index was embedded by other weights than the evaluator's"
         return None
 

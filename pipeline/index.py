@@ -91,6 +91,20 @@ def load_encoder(path: str, device: str | None = None) -> "DenseEncoder":
     return DenseEncoder(path, device=device, **({"max_length": length} if length else {}))
 
 
+@lru_cache(maxsize=8)
+def _fingerprint_of(model_id: int, model) -> str:
+    from inference.modeling import weights_fingerprint
+
+    return weights_fingerprint(model)
+
+
+def encoder_fingerprint(encoder: "DenseEncoder") -> str:
+    """:func:`inference.modeling.weights_fingerprint` of a dense encoder's weights (once per
+    loaded model): recorded in ``index.json`` and checked when the index loads its encoder."""
+    model = getattr(encoder, "model", None)
+    return _fingerprint_of(id(model), model) if model is not None else ""
+
+
 def _bi_encoder_length(folder: Path) -> int | None:
     """``max_length`` of a bi-encoder evaluator export's manifest (None for any other folder)."""
     if not (folder / "evaluator.json").is_file():
@@ -221,7 +235,8 @@ def build_index(
             emb.flush()
             del emb
             dense.update({"dim": int(encoder.dim), "file": DENSE_FILE, "text": DENSE_TEXT, "normalized": True,
-                          "max_length": int(getattr(encoder, "max_length", 0)) or None})
+                          "max_length": int(getattr(encoder, "max_length", 0)) or None,
+                          "fingerprint": encoder_fingerprint(encoder)})
         # (no bm25.store.close(): CorpusStore.__del__ closes the descriptor again, which by then may
         # belong to the store of the loaded index)
         bm25_info = {"dir": BM25_DIR, "engine": "bm25s", "params": bm25.info["bm25"], "corpus_sha256": bm25.corpus_sha256}
@@ -434,6 +449,10 @@ class HybridIndex:
             enc = load_encoder(path)
             if enc.dim != spec["dim"]:
                 raise ValueError(f"dense model {path} gives {enc.dim}-dim vectors; index {self.dir} holds {spec['dim']}-dim ones")
+            if spec.get("fingerprint") and encoder_fingerprint(enc) != spec["fingerprint"]:
+                raise ValueError(f"dense model {path} is not the one that embedded index {self.dir} (its weights changed "
+                                 f"since, e.g. an export trained again into the same folder): rebuild the index, or "
+                                 "pass the original model as encoder= to HybridIndex.load")
             self._encoder = enc
         return self._encoder
 

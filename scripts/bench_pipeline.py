@@ -2,11 +2,13 @@
 
     python scripts/bench_pipeline.py --json outputs/bench/pipeline.json \\
         [--evaluator outputs/evaluator-quickstart] [--extractor outputs/extractor-quickstart] \\
-        [--answer-classifier DIR] [--questions 150] [--removed 90]
+        [--answer-classifier DIR] [--questions 150] [--removed 90] [--dense-model auto|minilm|DIR]
 
 Data: the bundled NQ-open sample (``data/sample/nq_open``). Its passages are chunked and indexed
-(BM25 + dense MiniLM, as ``python -m pipeline index`` does) into ``--work`` (rebuilt only when
-missing). The questions are the quickstart's **dev** questions (``split_of(id, seed 13, 0.1)``,
+(BM25 + dense, as ``python -m pipeline index`` does) into ``--work`` (rebuilt only when missing).
+The dense model (``--dense-model auto``) is the evaluator export itself when it is a bi-encoder, so
+that grading reuses the index's vectors (:class:`pipeline.grading.IndexVectors`), else the packaged
+MiniLM; both paths use the same index. The questions are the quickstart's **dev** questions (``split_of(id, seed 13, 0.1)``,
 as ``data_prep build`` splits them): the evaluator never trained on them.
 
 Two sets:
@@ -109,6 +111,8 @@ def main() -> int:
     ap.add_argument("--max-words", type=int, default=50)
     ap.add_argument("--grade-k", type=int, default=5)
     ap.add_argument("--work", default="outputs/bench/pipeline-index", help="index folders (reused when present)")
+    ap.add_argument("--dense-model", default="auto",
+                    help="auto (the evaluator if it is a bi-encoder export, else the packaged MiniLM), minilm, or a folder")
     ap.add_argument("--seed", type=int, default=13, help="the quickstart build's split seed")
     ap.add_argument("--dev-ratio", type=float, default=0.1, help="the quickstart build's dev ratio")
     args = ap.parse_args()
@@ -149,7 +153,20 @@ def main() -> int:
     kept_ids = {p.id for i, p in enumerate(corpus) if i not in drop}
 
     work = Path(args.work)
-    encoder = DenseEncoder()
+    dense = args.dense_model
+    if dense == "auto":
+        from inference.loading import read_export
+
+        dense = args.evaluator if read_export(args.evaluator).manifest.spec.head == "bi-encoder" else "minilm"
+    if dense == "minilm":
+        encoder = DenseEncoder()
+    else:  # its own index folders: named after the model and the hash of its manifest or config
+        from data_prep.build import file_sha256
+        from pipeline.index import load_encoder
+
+        encoder = load_encoder(str(Path(dense).resolve()))
+        stamp = next((Path(dense) / f for f in ("evaluator.json", "config.json") if (Path(dense) / f).is_file()))
+        work = work / f"{Path(dense).name}-{file_sha256(stamp)[:10]}"
     t_index = time.perf_counter()
     build(work / "full", chunks_from_source("nq-open", input=str(NQ)), encoder, "full")
     build(work / "removed", (c for c in chunks_from_source("nq-open", input=str(NQ)) if c.doc_id in kept_ids),
@@ -170,9 +187,11 @@ def main() -> int:
             leaks = sum(any(contains_answer("", q.answers, normalized_text=t) for t in texts) for q in qs)
             assert leaks == 0, f"{leaks} removed-set answers still in the index"
         pipe = CragPipeline(index, ev, ex, ac, config=cfg)
-        print(f"{name}: {len(qs)} questions over {len(index)} chunks", flush=True)
+        print(f"{name}: {len(qs)} questions over {len(index)} chunks; grading reuses the index's vectors: "
+              f"{pipe.index_vectors.why_not or 'yes'}", flush=True)
         results[name] = run_set(pipe, qs, name)
         results[name]["chunks"] = len(index)
+        results[name]["grading_reuses_index_vectors"] = pipe.index_vectors.why_not or True
 
     naive_ms = results["full"]["naive"]["stage_ms"]["total"]["median"]
     crag_ms = results["full"]["crag"]["stage_ms"]["total"]["median"]
@@ -193,7 +212,8 @@ def main() -> int:
         "settings": {"evaluator": args.evaluator, "extractor": args.extractor if ex else None,
                      "answer_classifier": args.answer_classifier, "grade_k": args.grade_k,
                      "max_words": args.max_words, "questions": len(full_q), "removed": len(removed_q),
-                     "removed_passages": len(drop), "index_build_s": round(index_s, 1)},
+                     "removed_passages": len(drop), "index_build_s": round(index_s, 1),
+                     "dense_model": dense if dense != "minilm" else "packaged MiniLM", "index_dir": str(work)},
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": machine(),
     }

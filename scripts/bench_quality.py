@@ -254,6 +254,10 @@ def trained_on(manifest) -> list[dict]:
         for k in ("file", "dev_file"):
             if m.get(k):
                 out.append({"field": f"training.config.train_mix[{i}].{k}", "path": m[k]})
+        prep = m.get("prepare") or {}
+        if prep.get("input"):
+            out.append({"field": f"training.config.train_mix[{i}].prepare.input", "path": prep["input"],
+                        "format": prep.get("format")})
         if m.get("dataset_dir"):
             d = _resolve(m["dataset_dir"])
             for f in sorted((d / manifest.task).glob("*.jsonl")) if d and (d / manifest.task).is_dir() else []:

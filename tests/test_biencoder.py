@@ -235,3 +235,46 @@ def test_pipeline_grades_with_the_index_vectors(newline_export, bi_export, dev_p
     p2 = CragPipeline(index, dotted)
     p2.ask(q)
     assert p2.index_vectors.active and p2.index_vectors.handed == 0
+
+
+def test_an_index_refuses_a_dense_model_whose_weights_changed(newline_export, dev_pairs, tmp_path):
+    import shutil
+
+    from pipeline.index import HybridIndex, build_index, load_encoder
+
+    model = tmp_path / "model"
+    shutil.copytree(newline_export, model)
+    build_index(_chunks(dev_pairs[:8]), tmp_path / "index", dense_model=str(model))
+    assert HybridIndex.load(tmp_path / "index").dense_search(dev_pairs[0].query, 3)
+    # the export trained again into the same folder: its vectors no longer match the index's
+    from transformers import AutoModel
+
+    m = AutoModel.from_pretrained(str(model))
+    with torch.no_grad():
+        m.embeddings.word_embeddings.weight.mul_(1.5)
+    m.save_pretrained(str(model))
+    load_encoder.cache_clear()
+    with pytest.raises(ValueError, match="weights changed.*rebuild the index"):
+        HybridIndex.load(tmp_path / "index").dense_search(dev_pairs[0].query, 3)
+
+
+def test_a_groups_repeated_query_is_encoded_once_with_the_same_logits(bi_export, dev_pairs):
+    from transformers import AutoModel, AutoTokenizer
+
+    from inference.inputs import pad_batch
+    from inference.modeling import mean_pooled, relevance_logits
+
+    tok = AutoTokenizer.from_pretrained(str(bi_export))
+    model = AutoModel.from_pretrained(str(bi_export)).eval()
+    enc = PairEncoder(tok, ModelSpec(head="bi-encoder", max_length=96, max_query_length=24))
+    pairs = dev_pairs[:12]  # 3 queries x 4 passages, group-major
+    feats, _ = enc.encode([p.query for p in pairs], [passage_text(p.passage) for p in pairs])
+    batch = pad_batch([{"input_ids": q, "p_input_ids": p} for q, p in zip(feats["input_ids"], feats["p_input_ids"])],
+                      tok.pad_token_id)
+    calls = []
+    model.register_forward_hook(lambda m, a, k, out: calls.append(k["input_ids"].shape[0]), with_kwargs=True)
+    z = relevance_logits(model, batch, "bi-encoder", similarity_scale=20.0)
+    assert calls[0] == len({p.query for p in pairs}) < len(pairs)  # queries: each distinct one once
+    q = mean_pooled(model, batch["input_ids"], batch["attention_mask"])
+    p = mean_pooled(model, batch["p_input_ids"], batch["p_attention_mask"])
+    torch.testing.assert_close(z, 20.0 * (q * p).sum(-1), atol=1e-5, rtol=1e-5)

@@ -502,3 +502,23 @@ def test_backbone_list_takes_the_first_that_exists(tiny_bert, tmp_path):
     assert choose_backbone([str(tmp_path / "a"), "some-org/some-model"]) == "some-org/some-model"
     with pytest.raises(ConfigError, match="model_name_or_path"):
         build_config(None, {"model_name_or_path": []}, AnswerClassifierConfig)
+
+
+def test_train_mix_sources_prepare_their_own_datasets(tmp_path):
+    """A train_mix source with ``prepare`` is mined and built once, like prepare_data; a source
+    without a dataset_dir cannot prepare."""
+    from training.config import EvaluatorConfig
+
+    src = {"name": "squad", "dataset_dir": str(tmp_path / "built"), "prepare": _prepare_data(tmp_path / "built", tmp_path / "mined")}
+    cfg = EvaluatorConfig(model_name_or_path="unused", train_mix=[src])
+    prepare_dataset(cfg)
+    meta = tmp_path / "built" / "meta.json"
+    assert meta.is_file() and (tmp_path / "built" / "evaluator" / "dev.pairs.jsonl").is_file()
+    stamp = meta.stat().st_mtime_ns
+    prepare_dataset(cfg)  # built already: nothing runs again
+    assert meta.stat().st_mtime_ns == stamp
+    with pytest.raises(ConfigError, match="prepare builds a dataset_dir"):
+        EvaluatorConfig(model_name_or_path="unused", train_mix=[{"name": "x", "file": "f.jsonl", "dev_ratio": 0.1,
+                                                                 "prepare": {"format": "squad", "mined_dir": "m"}}])
+    with pytest.raises(ConfigError, match="prepare must be a mapping"):
+        EvaluatorConfig(model_name_or_path="unused", train_mix=[{**src, "prepare": "yes"}])

@@ -67,7 +67,7 @@ class TrainConfig:
     train_file: str | None = opt(None, "Training data: LabelledPair JSONL (pointwise losses) or QueryExample groups JSONL (group-ce). Default: the recipe's built dataset.")
     dev_file: str | None = opt(None, "Dev LabelledPair JSONL for evaluation, calibration and thresholds.")
     dataset_dir: str | None = opt(None, "A `python -m data_prep build` output; train/dev files are taken from the task's folder (evaluator/, answer/ or extractor/) when train_file is unset.")
-    prepare_data: dict[str, Any] = opt({}, "If dataset_dir is missing, build it first: {format, input, mined_dir, mine: {...}, build: {...}} (mining and building run once; training never re-mines).")
+    prepare_data: dict[str, Any] = opt({}, "If dataset_dir is missing, build it first: {format, input, mined_dir, mine: {...}, build: {...}} (mining and building run once; training never re-mines). A train_mix source takes the same mapping as its own `prepare`.")
     max_train_examples: int | None = opt(None, "Cap on training examples (after shuffling with the seed).")
     max_dev_examples: int | None = opt(None, "Cap on dev pairs for the periodic evaluation during training (whole queries are kept).")
     max_calibration_examples: int | None = opt(None, "Cap on dev pairs for the final calibration, thresholds and the dev metrics in the manifest (whole queries are kept). Default: the whole dev split, since a small split makes the thresholds noisy.")
@@ -192,7 +192,7 @@ class TrainConfig:
 
 
 #: the keys of one train_mix source (see TrainConfig.train_mix)
-MIX_KEYS = ("name", "file", "dataset_dir", "weight", "dev_file", "dev_ratio", "max_examples")
+MIX_KEYS = ("name", "file", "dataset_dir", "weight", "dev_file", "dev_ratio", "max_examples", "prepare")
 
 
 def _number(v: Any) -> bool:
@@ -248,6 +248,11 @@ def check_mix(bad, cfg: TrainConfig) -> None:
             if "dataset_dir" in src:
                 fail(f"{what}: dev_ratio is for a file without a dev split; a dataset_dir brings its dev.pairs.jsonl "
                      "(to split its training file instead, give it as file: DIR/<task>/train.pairs.jsonl)")
+        if "prepare" in src:
+            if "dataset_dir" not in src:
+                fail(f"{what}: prepare builds a dataset_dir; this source has none")
+            if not isinstance(src["prepare"], dict) or not {"format", "mined_dir"} <= set(src["prepare"]):
+                fail(f"{what}: prepare must be a mapping like prepare_data ({{format, input, mined_dir, mine, build}})")
         if "max_examples" in src:
             m = src["max_examples"]
             if isinstance(m, bool) or not isinstance(m, int) or m < 1:

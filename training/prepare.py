@@ -40,7 +40,11 @@ def mining_config(opts: dict[str, Any]):
 
 
 def prepare_dataset(cfg) -> None:
-    """Mine and build ``cfg.dataset_dir`` from ``cfg.prepare_data`` unless it already exists."""
+    """Mine and build ``cfg.dataset_dir`` from ``cfg.prepare_data``, and each ``train_mix`` source's
+    ``dataset_dir`` from its ``prepare``, unless they already exist."""
+    for src in cfg.train_mix or []:
+        if src.get("prepare") and not dataset_ready(src["dataset_dir"], cfg.task.build_dir):
+            _prepare(src["dataset_dir"], dict(src["prepare"]), f"train_mix source {src['name']!r}: prepare")
     if cfg.train_file or not cfg.dataset_dir or dataset_ready(cfg.dataset_dir, cfg.task.build_dir):
         return
     spec = dict(cfg.prepare_data or {})
@@ -49,6 +53,10 @@ def prepare_dataset(cfg) -> None:
             f"dataset_dir {cfg.dataset_dir} has no built {cfg.task.build_dir}/ dataset (meta.json) and the recipe has "
             "no prepare_data"
         )
+    _prepare(cfg.dataset_dir, spec, "prepare_data")
+
+
+def _prepare(dataset_dir: str, spec: dict[str, Any], where: str) -> None:
     from data_prep.build import BuildConfig, build
     from data_prep.mining import run_mining
     from data_prep.readers import open_source
@@ -58,12 +66,12 @@ def prepare_dataset(cfg) -> None:
     build_opts = dict(spec.pop("build", {}) or {})
     unknown = sorted(set(spec) - set(SOURCE_KEYS))
     if unknown:
-        raise ValueError(f"prepare_data: unknown key(s) {', '.join(unknown)} (source keys: {', '.join(SOURCE_KEYS)}, "
+        raise ValueError(f"{where}: unknown key(s) {', '.join(unknown)} (source keys: {', '.join(SOURCE_KEYS)}, "
                          "mined_dir, mine, build)")
     if not (mined_dir / "examples.jsonl").exists():
         logger.info("mining hard negatives into %s", mined_dir)
         fmt = spec.pop("format")
         source = open_source(fmt, **spec)
         run_mining(source, mined_dir, mine_cfg)
-    logger.info("building task datasets into %s", cfg.dataset_dir)
-    build(BuildConfig(input=str(mined_dir / "examples.jsonl"), output=str(cfg.dataset_dir), overwrite=True, **build_opts))
+    logger.info("building task datasets into %s", dataset_dir)
+    build(BuildConfig(input=str(mined_dir / "examples.jsonl"), output=str(dataset_dir), overwrite=True, **build_opts))
