@@ -470,6 +470,10 @@ class HybridIndex:
         """The vector :meth:`encode_query` gave ``query`` lately (``None`` if none)."""
         return self._query_vectors.get(query)
 
+    def forget_queries(self) -> None:
+        """Drop the kept query vectors (benchmarks: each path encodes its question itself)."""
+        self._query_vectors.clear()
+
     def chunk_vectors(self, rows: Sequence[int]) -> np.ndarray:
         """The stored unit vectors of ``rows`` (``[len(rows), dim]`` float32)."""
         if not self.has_dense:

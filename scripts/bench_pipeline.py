@@ -79,7 +79,10 @@ def run_set(pipe, questions, label: str) -> dict:
     res = {"naive": [], "crag": []}
     t0 = time.perf_counter()
     for i, ex in enumerate(questions, 1):
+        # each path encodes its question itself (the index keeps recent query vectors for grading)
+        pipe.index.forget_queries()
         res["naive"].append(pipe.ask_naive(ex.query))
+        pipe.index.forget_queries()
         res["crag"].append(pipe.ask(ex.query))
         if i % 50 == 0:
             print(f"  {label}: {i}/{len(questions)} questions ({time.perf_counter() - t0:.0f} s)", flush=True)
@@ -110,6 +113,8 @@ def main() -> int:
     ap.add_argument("--removed", type=int, default=90, help="dev questions whose answers are removed from the index")
     ap.add_argument("--max-words", type=int, default=50)
     ap.add_argument("--grade-k", type=int, default=5)
+    ap.add_argument("--no-refine-correct", action="store_true",
+                    help="use Correct chunks whole; refine only Ambiguous ones (the issue's 'optionally Correct')")
     ap.add_argument("--work", default="outputs/bench/pipeline-index", help="index folders (reused when present)")
     ap.add_argument("--dense-model", default="auto",
                     help="auto (the evaluator if it is a bi-encoder export, else the packaged MiniLM), minilm, or a folder")
@@ -125,6 +130,7 @@ def main() -> int:
     from pipeline.chunking import chunks_from_source
     from pipeline.core import CragPipeline, PipelineConfig
     from pipeline.grading import GradingConfig
+    from pipeline.refine import RefineConfig
     from pipeline.index import HybridIndex
 
     for what, path in (("evaluator", args.evaluator), ("extractor", args.extractor)):
@@ -176,7 +182,8 @@ def main() -> int:
     ev = inference.load(args.evaluator, task="evaluator")
     ex = inference.load(args.extractor, task="extractor") if args.extractor and args.extractor != "none" else None
     ac = inference.load(args.answer_classifier, task="answer_classifier") if args.answer_classifier else None
-    cfg = PipelineConfig(max_words=args.max_words, naive_k=5, grading=GradingConfig(grade_k=args.grade_k))
+    cfg = PipelineConfig(max_words=args.max_words, naive_k=5, grading=GradingConfig(grade_k=args.grade_k),
+                         refine=RefineConfig(refine_correct=not args.no_refine_correct))
 
     results = {}
     for name, qs in (("full", full_q), ("removed", removed_q)):
@@ -211,7 +218,7 @@ def main() -> int:
         "sets": results,
         "settings": {"evaluator": args.evaluator, "extractor": args.extractor if ex else None,
                      "answer_classifier": args.answer_classifier, "grade_k": args.grade_k,
-                     "max_words": args.max_words, "questions": len(full_q), "removed": len(removed_q),
+                     "max_words": args.max_words, "refine_correct": not args.no_refine_correct, "questions": len(full_q), "removed": len(removed_q),
                      "removed_passages": len(drop), "index_build_s": round(index_s, 1),
                      "dense_model": dense if dense != "minilm" else "packaged MiniLM", "index_dir": str(work)},
         "command": " ".join([Path(sys.executable).name, *sys.argv]),

@@ -383,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shared-data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--cosine-model", default=None, help="the bi-encoder of the cosine baseline (default: the "
                     "packaged MiniLM, zero-shot); e.g. one from scripts/experiment_biencoder.py")
+    ap.add_argument("--record", action="store_true",
+                    help="also write the figures into the export: metrics.held_out of its manifest and its model card")
     ap.add_argument("--crag-popqa", default=None, help="CRAG's PopQA evaluator file (default: searched for)")
     args = ap.parse_args(argv)
     names = [s.strip() for s in args.sets.split(",") if s.strip()]
@@ -471,7 +473,38 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(table(result))
+    if args.record:
+        record(args.model, result)
     return 0
+
+
+def record(export_dir: str, result: dict) -> None:
+    """``metrics.held_out`` of the export's manifest and the ``Held-out figures`` of its model card
+    (each file written whole, then renamed over the old one)."""
+    import datetime
+    import os
+    import tempfile
+
+    from inference.loading import read_export
+    from training.export import model_card
+
+    ex = read_export(export_dir)
+    m = ex.manifest
+    sets = {name: {"n": r["n"], "queries": r["queries"], "auc": r["auc"], "bm25_auc": r["baselines"]["bm25"]["auc"],
+                   "minilm_cosine_auc": r["baselines"]["minilm_cosine"]["auc"], "mrr": r["mrr"],
+                   "accuracy_at_theta_high": r["accuracy_at_theta_high"]}
+            for name, r in result["sets"].items()}
+    m.metrics["held_out"] = {
+        "about": (f"scripts/bench_quality.py on {datetime.date.today().isoformat()}: sets the export did not train on, "
+                  "against zero-shot BM25 and the MiniLM cosine on the same pairs (`" + result["command"] + "`)"),
+        "sets": sets, "excluded": {k: v["reason"] for k, v in result["excluded"].items()},
+    }
+    with tempfile.TemporaryDirectory(dir=ex.path) as tmp:
+        m.write(tmp)
+        (Path(tmp) / "README.md").write_text(model_card(m), encoding="utf-8")
+        os.replace(Path(tmp) / m.file_name, ex.manifest_path)
+        os.replace(Path(tmp) / "README.md", ex.path / "README.md")
+    logger.info("held-out figures recorded in %s and its model card", ex.manifest_path)
 
 
 if __name__ == "__main__":

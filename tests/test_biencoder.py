@@ -278,3 +278,9 @@ def test_a_groups_repeated_query_is_encoded_once_with_the_same_logits(bi_export,
     q = mean_pooled(model, batch["input_ids"], batch["attention_mask"])
     p = mean_pooled(model, batch["p_input_ids"], batch["p_attention_mask"])
     torch.testing.assert_close(z, 20.0 * (q * p).sum(-1), atol=1e-5, rtol=1e-5)
+
+
+def test_model_card_describes_the_bi_encoder(bi_export):
+    card = (bi_export / "README.md").read_text()
+    assert "head: `bi-encoder`" in card and "logit = 20 x cosine" in card and "tags: [crag, retrieval-evaluator, bi-encoder]" in card
+    assert "model.grade(" in card and "model.model." not in card

@@ -122,8 +122,17 @@ def test_bench_quality(tmp_path, tiny_bert, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "bench_quality", bench)  # its dataclasses look their module up
     spec.loader.exec_module(bench)
     assert bench.main(["--model", str(export), "--json", str(out), "--limit", "3", "--negatives", "3",
-                       "--data-dir", str(data), "--shared-data", str(shared)]) == 0
+                       "--data-dir", str(data), "--shared-data", str(shared), "--record"]) == 0
     res = json.loads(out.read_text())
+    # --record: the figures in the export's manifest and model card, and the export still loads
+    held = json.loads((export / "evaluator.json").read_text())["metrics"]["held_out"]
+    assert set(held["sets"]) == set(res["sets"]) and held["sets"]["squad"]["auc"] == res["sets"]["squad"]["auc"]
+    assert held["excluded"]["nq-open"] == res["excluded"]["nq-open"]["reason"]
+    card = (export / "README.md").read_text()
+    assert "## Held-out figures" in card and "| squad | minilm_cosine_auc |" in card
+    import inference
+
+    assert inference.load(export).manifest.metrics["held_out"] == held
     assert list(res["sets"]) == ["msmarco-triples", "flagembedding-msmarco", "scifact", "squad", "crag-popqa"]
     ex = res["excluded"]
     assert {k: v["kind"] for k, v in ex.items()} == {"flagembedding-nq": "unavailable", "flagembedding-reranker": "duplicate",

@@ -19,6 +19,8 @@ from training.core import train_model
 from training.data import MIX_TAG, held_out, load_mix, mix_counts
 from training_data import make_evaluator_data
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
@@ -190,6 +192,9 @@ def test_mix_trains_and_records_sources_in_the_manifest(tiny_bert, sources, tmp_
         assert {"auc", "f1", "precision", "recall", "ece", "actions"} <= set(m)
     assert by["llm"]["n"] == n_llm_dev
     assert "all positive" in man["metrics"]["dev_by_source_skipped"]["feedback"]
+    card = (res.export_dir / "README.md").read_text()  # the model card names the sources and their dev metrics
+    assert "## Dev metrics by training source" in card and "| human | 80 | 20 |" in card
+    assert "human: " in card and "each source's dev split" in card and "`None`" not in card
 
 
 @pytest.mark.parametrize("loss", ["soft-bce", "mse"])
@@ -306,8 +311,15 @@ def test_mix_size_and_recipe_messages():
         EvaluatorConfig(train_mix=[GOOD], mix_size=0)
     with pytest.raises(ConfigError, match="config 'train_file': set train_file or dataset_dir \\(or train_mix\\)"):
         EvaluatorConfig()
-    # the default recipe has a dataset_dir: a mix given on the command line must unset it
+    # a recipe with a dataset_dir: a mix given on the command line must unset it
+    ce = ROOT / "configs" / "evaluator" / "minilm-cross-encoder.yaml"
     with pytest.raises(ConfigError, match="cannot be combined with dataset_dir .*--dataset_dir null"):
-        build_config(None, {"train_mix": [GOOD]})
-    cfg = build_config(None, {"train_mix": [GOOD], "dataset_dir": None, "mix_size": 100})
+        build_config(ce, {"train_mix": [GOOD]})
+    # the default recipe is a mix: your own data on the command line replaces it
+    own = build_config(None, {"train_file": "t.jsonl", "dev_file": "d.jsonl"})
+    assert own.train_file == "t.jsonl" and own.train_mix == [] and own.mix_size is None
+    assert build_config(None, {"dataset_dir": "built"}).train_mix == []
+    with pytest.raises(ConfigError, match="cannot be combined with train_file"):  # unless both are asked for
+        build_config(None, {"train_file": "t.jsonl", "train_mix": [GOOD]})
+    cfg = build_config(ce, {"train_mix": [GOOD], "dataset_dir": None, "mix_size": 100})
     assert cfg.train_mix == [GOOD] and cfg.to_dict()["train_mix"] == [GOOD]

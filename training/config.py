@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import logging
 import os
 import re
 from dataclasses import MISSING, asdict, dataclass, field, fields
@@ -33,6 +34,8 @@ from .losses import LOSSES
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORT_TO = ("none", "wandb", "tensorboard", "trackio")
+
+logger = logging.getLogger(__name__)
 
 
 def opt(default: Any, help: str, **kw: Any):
@@ -409,6 +412,12 @@ def build_config(recipe: str | os.PathLike | None = None, overrides: dict[str, A
     _check_keys(data, str(recipe), config_cls)
     overrides = overrides or {}
     _check_keys(overrides, "command line", config_cls)
+    if data.get("train_mix") and "train_mix" not in overrides and (overrides.get("train_file") or overrides.get("dataset_dir")):
+        # your own data on the command line replaces the recipe's mix (the quickstart recipe is a mix)
+        logger.info("%s: train_mix and mix_size of the recipe replaced by the command line's %s", recipe,
+                    "train_file" if overrides.get("train_file") else "dataset_dir")
+        data.pop("train_mix")
+        data.pop("mix_size", None)
     data.update(overrides)
     try:
         return config_cls(**data)

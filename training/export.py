@@ -76,23 +76,40 @@ def model_card(m: Manifest) -> str:
     dev = m.metrics.get("dev", {})
     rows = "\n".join(f"| {k} | {_fmt(dev[k])} |" for k in CARD_METRICS if dev.get(k) is not None)
     extra = ""
+    by_source = m.metrics.get("dev_by_source") or {}
+    if by_source:
+        keys = [k for k in ("n", "positives", "auc", "precision", "recall", "f1", "mrr@10") if any(k in v for v in by_source.values())]
+        lines = ["", "## Dev metrics by training source", "| source | " + " | ".join(keys) + " |",
+                 "|---" * (len(keys) + 1) + "|"]
+        lines += [f"| {name} | " + " | ".join(_fmt(v.get(k)) for k in keys) + " |" for name, v in by_source.items()]
+        extra += "\n".join(lines) + "\n"
     held_out = m.metrics.get("held_out") or {}
     if held_out:
-        lines = ["", "## Held-out figures", "| set | metric | value |", "|---|---|---|"]
-        for name, vals in held_out.items():
+        lines = ["", "## Held-out figures", "", held_out.get("about", ""), "", "| set | metric | value |", "|---|---|---|"]
+        for name, vals in (held_out.get("sets") or {}).items():
             for k, v in vals.items():
-                if isinstance(v, (int, float)):
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
                     lines.append(f"| {name} | {k} | {_fmt(v)} |")
-        extra = "\n".join(lines) + "\n"
+        extra += "\n".join(lines) + "\n"
     decision, point = decision_text(m.thresholds)
     cal = m.calibration_info
     data = m.training.get("data", {})
+    sources = data.get("sources") or {}
+    if sources:  # a train_mix: each source's training file
+        data = {**data, "train_file": ", ".join(f"{n}: {v.get('train_file')}" for n, v in sources.items()),
+                "dev_file": "each source's dev split"}
+    if m.spec.head == "bi-encoder":
+        template = (f"query and passage encoded separately, mean-pooled, unit length; logit = "
+                    f"{m.spec.similarity_scale:g} x cosine")
+        tags = ", ".join("bi-encoder" if t == "cross-encoder" else t for t in spec.tags if t != "reranker")
+    else:
+        template, tags = m.spec.input_template or "tokenizer pair encoding", ", ".join(spec.tags)
     fields = {
-        "tags": ", ".join(spec.tags), "title": spec.title[0].upper() + spec.title[1:], "head": m.spec.head,
+        "tags": tags, "title": spec.title[0].upper() + spec.title[1:], "head": m.spec.head,
         "architecture": m.model.architecture, "description": spec.card, "name": m.name or ".", "usage": spec.usage,
         "task": m.task, "backbone": m.model.backbone, "weights": m.model.weights,
-        "template": m.spec.input_template or "tokenizer pair encoding", "max_length": m.spec.max_length,
-        "passage_format": m.spec.passage_format,
+        "template": template, "max_length": m.spec.max_length,
+        "passage_format": m.spec.passage_format.replace("\n", "\\n"),
         "calibration": f"{m.calibration.method} (ECE on dev {_fmt(cal.get('ece_before'))} -> {_fmt(cal.get('ece_after'))})",
         "decision": decision, "decision_point": point, "metrics_rows": rows, "extra_sections": extra,
         "train_file": data.get("train_file"), "train_examples": data.get("train_examples"),
