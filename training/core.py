@@ -206,6 +206,10 @@ def train_model(cfg: TrainConfig) -> TrainResult:
         logger.info("the scoring head comes trained with %s: head_learning_rate is not applied", backbone)
     if tokenizer.pad_token_id is None:
         raise DataProblem(f"tokenizer of {model_path} has no pad token")
+    if spec.head == "bi-encoder":  # mean pooling: a pooler layer (BERT's) takes no part; DDP needs it frozen
+        for name, p in model.named_parameters():
+            if name.split(".")[0] == "pooler":
+                p.requires_grad_(False)
     if cfg.use_lora:
         model = apply_lora(model, cfg, spec.head)
 
