@@ -54,7 +54,8 @@ def run_index(args: argparse.Namespace) -> int:
     # with --overwrite the old index is replaced only once the new one is complete
     index = build_index(chunks, out, tokenizer=TokenizerConfig(language=args.language),
                         dense_model=args.dense_model, show_progress=not args.no_progress,
-                        chunking=chunking, overwrite=args.overwrite)
+                        chunking=chunking, overwrite=args.overwrite,
+                        strip_words=50 if args.strip_vectors else None)
     print(f"indexed {len(index)} chunks into {out} ({time.time() - t0:.1f} s)")
     return 0
 
@@ -256,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--language", choices=["en", "zh", "none"], default="en", help="BM25 tokenisation (zh: jieba)")
     i.add_argument("--dense-model", default=None, help="sentence-embedding model folder (default: the packaged "
                    "MiniLM); none: BM25 only")
+    i.add_argument("--strip-vectors", action="store_true",
+                   help="also embed each chunk's sentences (refinement strips): a bi-encoder evaluator of the same "
+                        "weights then grades and refines without a model pass (about 3x the embedding time)")
     i.add_argument("--overwrite", action="store_true")
     i.add_argument("--no-progress", action="store_true")
     i.set_defaults(func=run_index)

@@ -278,6 +278,8 @@ class CragPipeline:
             return PipelineResult(q, "crag", action, queries, graded, [], [], Answer(ABSTAIN, abstained=True, generator="none"),
                                   None, clock.total(), notes, hits)
         with clock.stage("refine"):
+            if self.extractor is None and cfg.refine.window_words == self.index_vectors.index_strip_words:
+                self.index_vectors.hand_over_strips(use)  # the evaluator scores the strips: the index has them
             evidence = refine(q, use, self.extractor, self.evaluator, cfg.refine)
         with clock.stage("evidence"):
             for ev in evidence:

@@ -22,6 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
+
 
 from .types import GradedChunk, Hit
 
@@ -138,10 +140,16 @@ class IndexVectors:
         self.index, self.evaluator = index, evaluator
         self.why_not = self._check()
         self.handed = 0
+        self.strips_handed = 0
 
     @property
     def active(self) -> bool:
         return self.why_not is None
+
+    @property
+    def index_strip_words(self) -> int | None:
+        """The strip window of the index's strip vectors, when they can be handed over (else None)."""
+        return getattr(self.index, "strip_words", None) if self.active else None
 
     def _check(self) -> str | None:
         engine = getattr(self.evaluator, "engine", None)
@@ -178,3 +186,26 @@ class IndexVectors:
             engine.remember([question], q, kind="query")
         self.handed += len(mine)
         return len(mine)
+
+    def hand_over_strips(self, chunks: Sequence[GradedChunk]) -> int:
+        """Give the evaluator the stored vectors of the refinement strips of ``chunks`` (index
+        chunks only, and only strips shown to it as the index embedded them); how many."""
+        if not self.active or self.index.strip_words is None:
+            return 0
+        from data_prep.records import Passage
+
+        texts, vecs = [], []
+        for c in chunks:
+            row = c.recall.row if c.recall is not None else None
+            if row is None or c.origin != "index":
+                continue
+            spans, v = self.index.strip_vectors(row)
+            for (a, b), vec in zip(spans, v):
+                p = Passage(c.chunk.id, c.chunk.text[a:b], c.chunk.title)
+                if self.evaluator.passage_text(p) == p.full_text("\n"):
+                    texts.append(p.full_text("\n"))
+                    vecs.append(vec)
+        if texts:
+            self.evaluator.engine.remember(texts, np.stack(vecs))
+        self.strips_handed += len(texts)
+        return len(texts)

@@ -58,6 +58,9 @@ INDEX_VERSION = 1
 INDEX_INFO = "index.json"
 BM25_DIR = "bm25"
 DENSE_FILE = "dense.npy"
+#: optional: the vectors of every chunk's refinement strips, and their (row, start, end)
+STRIPS_FILE = "strips.npy"
+STRIP_SPANS_FILE = "strip_spans.npy"
 METADATA_FILE = "metadata_map.json"
 #: what the dense route embeds for a chunk (Passage.full_text("\n"); the text alone when untitled)
 DENSE_TEXT = "title\ntext"
@@ -172,6 +175,7 @@ def build_index(
     overwrite: bool = False,
     encoder: "DenseEncoder | None" = None,
     batch_size: int = 256,
+    strip_words: int | None = None,
 ) -> "HybridIndex":
     """Index ``chunks`` into ``out_dir`` and return the loaded index.
 
@@ -182,7 +186,10 @@ def build_index(
     ``metadata_fields``: the metadata keys the code map reads (all by default; the title always).
     ``chunking``: the chunking settings, recorded in ``index.json``. ``overwrite`` replaces an
     existing pipeline index at ``out_dir`` (only once the new one is complete); without it an
-    existing non-empty folder is an error.
+    existing non-empty folder is an error. ``strip_words``: also embed each chunk's refinement strips
+    (its sentences, cut into windows of this many words, as :func:`pipeline.refine.sentence_strips`
+    does; 50 is refinement's default), so that a bi-encoder evaluator of the same weights refines
+    without a model pass (about three times the embedding work; needs a dense model).
     """
     t0 = time.perf_counter()
     out = Path(out_dir)
@@ -193,6 +200,10 @@ def build_index(
     patterns = tuple(code_patterns)
     _check_target(out, overwrite)
     dense = _dense_spec(dense_model)
+    if strip_words is not None and (dense is None or isinstance(strip_words, bool) or not isinstance(strip_words, int)
+                                    or strip_words < 4):
+        raise ValueError("strip_words needs a dense model and a window of at least 4 words"
+                         if dense is None else f"strip_words must be an integer >= 4, got {strip_words!r}")
     if dense is not None and encoder is not None:  # a loaded encoder stands for the model it was loaded from
         dense = {"model": Path(encoder.path).name, "path": str(Path(encoder.path).resolve()), "default": False}
     elif dense is not None:
@@ -219,6 +230,11 @@ def build_index(
             emb = np.lib.format.open_memmap(tmp / DENSE_FILE, mode="w+", dtype=np.float32, shape=(n, encoder.dim))
         batch: list[str] = []
         row0 = 0
+        strip_vecs: list[np.ndarray] = []
+        strip_spans: list[tuple[int, int, int]] = []
+        strip_batch: list[str] = []
+        if strip_words is not None:
+            from .refine import sentence_strips
         bar = tqdm(bm25.store, total=n, desc="Embed chunks" if emb is not None else "Map codes", disable=not show_progress)
         for row, p in enumerate(bar):
             for code in sorted(chunk_codes(Chunk.from_passage(p), fields, patterns)):
@@ -229,9 +245,24 @@ def build_index(
                     emb[row0 : row0 + len(batch)] = encoder.encode(batch)
                     row0 += len(batch)
                     batch = []
+            if strip_words is not None:
+                for a, b in sentence_strips(p.text, strip_words):
+                    strip_spans.append((row, a, b))
+                    strip_batch.append(type(p)(p.id, p.text[a:b], p.title).full_text("\n"))
+                if len(strip_batch) >= batch_size:
+                    strip_vecs.append(encoder.encode(strip_batch))
+                    strip_batch = []
         if emb is not None:
             if batch:
                 emb[row0 : row0 + len(batch)] = encoder.encode(batch)
+            if strip_words is not None:
+                if strip_batch:
+                    strip_vecs.append(encoder.encode(strip_batch))
+                np.save(tmp / STRIPS_FILE, np.concatenate(strip_vecs) if strip_vecs else
+                        np.zeros((0, encoder.dim), dtype=np.float32))
+                np.save(tmp / STRIP_SPANS_FILE, np.asarray(strip_spans, dtype=np.int64).reshape(-1, 3))
+                dense["strips"] = {"file": STRIPS_FILE, "spans": STRIP_SPANS_FILE, "window_words": strip_words,
+                                   "n": len(strip_spans)}
             emb.flush()
             del emb
             dense.update({"dim": int(encoder.dim), "file": DENSE_FILE, "text": DENSE_TEXT, "normalized": True,
@@ -345,6 +376,7 @@ class HybridIndex:
         self._faiss = None
         self._lock = threading.Lock()
         self._query_vectors: dict[str, np.ndarray] = {}
+        self._strips: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
@@ -388,7 +420,19 @@ class HybridIndex:
             if encoder is not None and encoder.dim != dense_info["dim"]:
                 raise ValueError(f"encoder {encoder.path} gives {encoder.dim}-dim vectors; index {d} holds {dense_info['dim']}-dim ones")
         code_map = json.loads((d / METADATA_FILE).read_text(encoding="utf-8"))
-        return cls(d, info, bm25, dense, code_map, encoder)
+        index = cls(d, info, bm25, dense, code_map, encoder)
+        strips = (dense_info or {}).get("strips")
+        if strips:
+            try:
+                vecs = np.load(d / strips["file"], mmap_mode="r")
+                spans = np.load(d / strips["spans"], mmap_mode="r")
+            except (OSError, ValueError) as e:
+                raise ValueError(f"incomplete pipeline index {d}: cannot read its strip vectors ({e}); rebuild it") from None
+            if vecs.shape != (strips["n"], dense_info["dim"]) or spans.shape != (strips["n"], 3):
+                raise ValueError(f"damaged pipeline index {d}: strip files hold {vecs.shape} vectors and {spans.shape} "
+                                 f"spans, index.json says {strips['n']} (rebuild it)")
+            index._strips = (vecs, spans, np.searchsorted(spans[:, 0], np.arange(n + 1)))
+        return index
 
     # -- chunks ----------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -469,6 +513,19 @@ class HybridIndex:
     def known_query_vector(self, query: str) -> np.ndarray | None:
         """The vector :meth:`encode_query` gave ``query`` lately (``None`` if none)."""
         return self._query_vectors.get(query)
+
+    @property
+    def strip_words(self) -> int | None:
+        """The strip window of the stored strip vectors (None: the index has none)."""
+        return (self.info.get("dense") or {}).get("strips", {}).get("window_words") if self._strips else None
+
+    def strip_vectors(self, row: int) -> tuple[list[tuple[int, int]], np.ndarray]:
+        """The refinement strips of chunk ``row`` (character spans in its text) and their vectors."""
+        if self._strips is None:
+            raise ValueError(f"index {self.dir} has no strip vectors (build it with strip_words / --strip-vectors)")
+        vecs, spans, starts = self._strips
+        a, b = int(starts[row]), int(starts[row + 1])
+        return [(int(x), int(y)) for _, x, y in spans[a:b]], np.asarray(vecs[a:b], dtype=np.float32)
 
     def forget_queries(self) -> None:
         """Drop the kept query vectors (benchmarks: each path encodes its question itself)."""

@@ -59,7 +59,7 @@ def dev_questions(seed: int, dev_ratio: float) -> list:
     return out
 
 
-def build(out: Path, chunks, encoder, label: str) -> None:
+def build(out: Path, chunks, encoder, label: str, strip_words: int | None = None) -> None:
     from pipeline.index import build_index
 
     if (out / "index.json").exists():
@@ -67,7 +67,7 @@ def build(out: Path, chunks, encoder, label: str) -> None:
         return
     t0 = time.perf_counter()
     idx = build_index(chunks, out, encoder=encoder, chunking={"max_chars": 256, "overlap": 32, "unit": "chars"},
-                      overwrite=True)
+                      overwrite=True, strip_words=strip_words)
     print(f"{label} index: {len(idx)} chunks in {time.perf_counter() - t0:.1f} s -> {out}", flush=True)
 
 
@@ -113,6 +113,9 @@ def main() -> int:
     ap.add_argument("--removed", type=int, default=90, help="dev questions whose answers are removed from the index")
     ap.add_argument("--max-words", type=int, default=50)
     ap.add_argument("--grade-k", type=int, default=5)
+    ap.add_argument("--strip-vectors", action="store_true",
+                    help="index the chunks' refinement strips too (their own index folders), so that a bi-encoder "
+                         "evaluator refines without a model pass (with --extractor none)")
     ap.add_argument("--no-refine-correct", action="store_true",
                     help="use Correct chunks whole; refine only Ambiguous ones (the issue's 'optionally Correct')")
     ap.add_argument("--work", default="outputs/bench/pipeline-index", help="index folders (reused when present)")
@@ -174,9 +177,12 @@ def main() -> int:
         stamp = next((Path(dense) / f for f in ("evaluator.json", "config.json") if (Path(dense) / f).is_file()))
         work = work / f"{Path(dense).name}-{file_sha256(stamp)[:10]}"
     t_index = time.perf_counter()
-    build(work / "full", chunks_from_source("nq-open", input=str(NQ)), encoder, "full")
+    strip_words = 50 if args.strip_vectors else None
+    if strip_words:
+        work = work.with_name(work.name + "-strips")
+    build(work / "full", chunks_from_source("nq-open", input=str(NQ)), encoder, "full", strip_words)
     build(work / "removed", (c for c in chunks_from_source("nq-open", input=str(NQ)) if c.doc_id in kept_ids),
-          encoder, "removed")
+          encoder, "removed", strip_words)
     index_s = time.perf_counter() - t_index
 
     ev = inference.load(args.evaluator, task="evaluator")
@@ -199,6 +205,8 @@ def main() -> int:
         results[name] = run_set(pipe, qs, name)
         results[name]["chunks"] = len(index)
         results[name]["grading_reuses_index_vectors"] = pipe.index_vectors.why_not or True
+        results[name]["vectors_handed_over"] = {"chunks": pipe.index_vectors.handed,
+                                                "strips": pipe.index_vectors.strips_handed}
 
     naive_ms = results["full"]["naive"]["stage_ms"]["total"]["median"]
     crag_ms = results["full"]["crag"]["stage_ms"]["total"]["median"]
@@ -218,7 +226,8 @@ def main() -> int:
         "sets": results,
         "settings": {"evaluator": args.evaluator, "extractor": args.extractor if ex else None,
                      "answer_classifier": args.answer_classifier, "grade_k": args.grade_k,
-                     "max_words": args.max_words, "refine_correct": not args.no_refine_correct, "questions": len(full_q), "removed": len(removed_q),
+                     "max_words": args.max_words, "refine_correct": not args.no_refine_correct,
+                     "strip_vectors": bool(strip_words), "questions": len(full_q), "removed": len(removed_q),
                      "removed_passages": len(drop), "index_build_s": round(index_s, 1),
                      "dense_model": dense if dense != "minilm" else "packaged MiniLM", "index_dir": str(work)},
         "command": " ".join([Path(sys.executable).name, *sys.argv]),

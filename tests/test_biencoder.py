@@ -284,3 +284,40 @@ def test_model_card_describes_the_bi_encoder(bi_export):
     card = (bi_export / "README.md").read_text()
     assert "head: `bi-encoder`" in card and "logit = 20 x cosine" in card and "tags: [crag, retrieval-evaluator, bi-encoder]" in card
     assert "model.grade(" in card and "model.model." not in card
+
+
+def test_strip_vectors_let_the_evaluator_refine_without_a_model_pass(newline_export, dev_pairs, tmp_path):
+    from pipeline import CragPipeline, PipelineConfig
+    from pipeline.index import HybridIndex, build_index
+    from pipeline.refine import sentence_strips
+
+    chunks = _chunks(dev_pairs)
+    with pytest.raises(ValueError, match="needs a dense model"):
+        build_index(chunks, tmp_path / "x", dense_model="none", strip_words=50)
+    build_index(chunks, tmp_path / "index", dense_model=str(newline_export), strip_words=50)
+    index = HybridIndex.load(tmp_path / "index")
+    assert index.strip_words == 50
+    spans, vecs = index.strip_vectors(3)
+    assert spans == sentence_strips(index.chunk(3).text, 50) and vecs.shape == (len(spans), 32)
+    ev = inference.load(newline_export)
+    pipe = CragPipeline(index, ev)
+    q = dev_pairs[4].query
+    res = pipe.ask(q)
+    assert res.evidence and pipe.index_vectors.strips_handed > 0
+    # the strip scores are the evaluator's own: refine again with a fresh evaluator and compare
+    fresh = CragPipeline(HybridIndex.load(tmp_path / "index"), inference.load(newline_export),
+                         config=PipelineConfig())
+    fresh._vectors = type(pipe.index_vectors)(fresh.index, fresh.evaluator)
+    fresh._vectors.why_not = "off for the comparison"
+    again = fresh.ask(q)
+    assert fresh.index_vectors.strips_handed == 0
+    np.testing.assert_allclose([e.score for e in res.evidence], [e.score for e in again.evidence], atol=1e-5)
+    assert [e.text for e in res.evidence] == [e.text for e in again.evidence]
+    # and with the vectors handed over, refinement runs no model pass
+    pipe2 = CragPipeline(HybridIndex.load(tmp_path / "index"), inference.load(newline_export))
+    pipe2.evaluator.engine.remember([q], index.encoder.encode([q]), kind="query")
+    calls = []
+    orig = pipe2.evaluator.engine._forward_vectors
+    pipe2.evaluator.engine._forward_vectors = lambda *a: calls.append(a[0].shape[0]) or orig(*a)
+    pipe2.ask(q)
+    assert calls == []
