@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data-dir", default=str(ROOT / "data" / "sample"))
     ap.add_argument("--shared-data", default=str(ROOT.parent / "shared" / "data"))
     ap.add_argument("--cosine-model", default=None, help="the bi-encoder of the cosine baseline (default: the "
-                    "packaged MiniLM, zero-shot); e.g. one from scripts/experiment_biencoder.py")
+                    "packaged MiniLM, zero-shot); e.g. a bi-encoder evaluator export")
     ap.add_argument("--record", action="store_true",
                     help="also write the figures into the export: metrics.held_out of its manifest and its model card")
     ap.add_argument("--crag-popqa", default=None, help="CRAG's PopQA evaluator file (default: searched for)")
