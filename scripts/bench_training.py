@@ -6,7 +6,8 @@ learning rates and number of steps, in one run; both are then scored on the same
 
     python scripts/bench_training.py --json outputs/bench/training.json [--steps 200]
 
-Ours runs the quickstart recipe (group cross-entropy over 1 positive + 7 negatives, length-grouped
+Ours runs the cross-encoder recipe, configs/evaluator/minilm-cross-encoder.yaml (the quickstart
+recipe until 2026-12-04: group cross-entropy over 1 positive + 7 negatives, length-grouped
 batches); sentence-transformers runs CrossEncoderTrainer + BinaryCrossEntropyLoss on the pointwise
 pairs of the same queries, with the same learning rate mapping (body / head).
 """
@@ -38,7 +39,7 @@ def peak_rss_mb() -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", required=True, help="where to write the results")
-    ap.add_argument("--config", default=str(ROOT / "configs/evaluator/quickstart-minilm.yaml"))
+    ap.add_argument("--config", default=str(ROOT / "configs/evaluator/minilm-cross-encoder.yaml"))
     ap.add_argument("--steps", type=int, default=None, help="optimiser steps for both (default: the recipe's)")
     ap.add_argument("--st-pos-weight", type=float, default=5.0, help="BCE pos_weight for sentence-transformers (its reference recipe: 5)")
     ap.add_argument("--skip-st", action="store_true")

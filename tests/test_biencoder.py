@@ -321,3 +321,24 @@ def test_strip_vectors_let_the_evaluator_refine_without_a_model_pass(newline_exp
     pipe2.evaluator.engine._forward_vectors = lambda *a: calls.append(a[0].shape[0]) or orig(*a)
     pipe2.ask(q)
     assert calls == []
+
+
+def test_bench_biencoder_script(bi_export, data, tmp_path, monkeypatch):
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    spec = importlib.util.spec_from_file_location("bench_biencoder", root / "scripts" / "bench_biencoder.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_biencoder", bench)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "b.json"
+    assert bench.main(["--model", str(bi_export), "--json", str(out), "--pairs", "40", "--repeats", "1",
+                       "--latency-queries", "2", "--latency-repeats", "1", "--max-load", "1000", "--wait", "0",
+                       "--data", str(data["dev_pairs"])]) == 0
+    res = json.loads(out.read_text())
+    assert res["pairs"] == 40 and 10 <= res["distinct_queries"] <= 20
+    assert res["max_abs_cosine_diff"] < 1e-4  # the same cosines as SentenceTransformer on the same weights
+    assert res["ours_pairs_per_s"] > 0 and res["latency_top5"]["grade"]["queries"] == 2
