@@ -129,7 +129,8 @@ def test_bench_quality(tmp_path, tiny_bert, capsys, monkeypatch):
     assert set(held["sets"]) == set(res["sets"]) and held["sets"]["squad"]["auc"] == res["sets"]["squad"]["auc"]
     assert held["excluded"]["nq-open"] == res["excluded"]["nq-open"]["reason"]
     card = (export / "README.md").read_text()
-    assert "## Held-out figures" in card and "| squad | minilm_cosine_auc |" in card
+    assert "## Held-out figures" in card and "| set | n | queries | auc | bm25_auc | minilm_cosine_auc |" in card
+    assert f"| squad | {res['sets']['squad']['n']} |" in card
     import inference
 
     assert inference.load(export).manifest.metrics["held_out"] == held

@@ -85,11 +85,12 @@ def model_card(m: Manifest) -> str:
         extra += "\n".join(lines) + "\n"
     held_out = m.metrics.get("held_out") or {}
     if held_out:
-        lines = ["", "## Held-out figures", "", held_out.get("about", ""), "", "| set | metric | value |", "|---|---|---|"]
-        for name, vals in (held_out.get("sets") or {}).items():
-            for k, v in vals.items():
-                if isinstance(v, (int, float)) and not isinstance(v, bool):
-                    lines.append(f"| {name} | {k} | {_fmt(v)} |")
+        sets = held_out.get("sets") or {}
+        keys = list(dict.fromkeys(k for vals in sets.values() for k, v in vals.items()
+                                  if isinstance(v, (int, float)) and not isinstance(v, bool)))
+        lines = ["", "## Held-out figures", "", held_out.get("about", ""), "", "| set | " + " | ".join(keys) + " |",
+                 "|---" * (len(keys) + 1) + "|"]
+        lines += [f"| {name} | " + " | ".join(_fmt(vals.get(k, "")) for k in keys) + " |" for name, vals in sets.items()]
         extra += "\n".join(lines) + "\n"
     decision, point = decision_text(m.thresholds)
     cal = m.calibration_info
