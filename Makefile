@@ -50,12 +50,12 @@ quickstart-models: $(STAMP)
 PIPELINE_INDEX := outputs/index/nq-open
 QUESTION ?= who got the first nobel prize in physics
 EVALUATOR := outputs/evaluator-quickstart
-$(PIPELINE_INDEX)/index.json: $(EVALUATOR)/evaluator.json
+$(PIPELINE_INDEX)/index.json: $(EVALUATOR)/model.safetensors
 	$(PY) -m pipeline index --format nq-open --input data/sample/nq_open/nq-open-oracle.jsonl.gz \
 		--out $(PIPELINE_INDEX) --overwrite $$($(PY) -c "import json,sys; m=json.load(open(sys.argv[1])); \
-		print('--dense-model ' + sys.argv[2] if m['model']['head'] == 'bi-encoder' else '')" \
+		print('--strip-vectors --dense-model ' + sys.argv[2] if m['model']['head'] == 'bi-encoder' else '')" \
 		$(EVALUATOR)/evaluator.json $(EVALUATOR))
-$(EVALUATOR)/evaluator.json:
+$(EVALUATOR)/model.safetensors:
 	@echo "no evaluator export: run 'make quickstart' first"; exit 2
 pipeline-demo: $(STAMP) $(PIPELINE_INDEX)/index.json
 	$(PY) -m pipeline ask "$(QUESTION)" --index $(PIPELINE_INDEX) --evaluator $(EVALUATOR) \
@@ -95,9 +95,13 @@ bench-labelling: $(STAMP)
 	$(PY) scripts/bench_labelling.py --json outputs/bench/labelling.json
 
 ## Naive RAG against the CRAG pipeline on NQ-open dev questions, and on questions whose answers were
-## removed from the index (run `make quickstart` and `make quickstart-models` first).
+## removed from the index (run `make quickstart` first; `make quickstart-models` for the second run).
+## First the bi-encoder evaluator grading and refining from the index's chunk and strip vectors, then
+## the same index with the extractor refining.
 bench-pipeline: $(STAMP)
-	$(PY) scripts/bench_pipeline.py --json outputs/bench/pipeline.json
+	$(PY) scripts/bench_pipeline.py --strip-vectors --extractor none --json outputs/bench/pipeline.json
+	@test -f outputs/extractor-quickstart/extractor.json || { echo "no extractor export: run 'make quickstart-models' for the second run"; exit 0; }; \
+	$(PY) scripts/bench_pipeline.py --strip-vectors --json outputs/bench/pipeline-extractor.json
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

@@ -169,12 +169,12 @@ def main() -> int:
         dense = args.evaluator if read_export(args.evaluator).manifest.spec.head == "bi-encoder" else "minilm"
     if dense == "minilm":
         encoder = DenseEncoder()
-    else:  # its own index folders: named after the model and the hash of its manifest or config
+    else:  # its own index folders: named after the model and the hash of its weights
         from data_prep.build import file_sha256
         from pipeline.index import load_encoder
 
         encoder = load_encoder(str(Path(dense).resolve()))
-        stamp = next((Path(dense) / f for f in ("evaluator.json", "config.json") if (Path(dense) / f).is_file()))
+        stamp = next((Path(dense) / f for f in ("model.safetensors", "config.json") if (Path(dense) / f).is_file()))
         work = work / f"{Path(dense).name}-{file_sha256(stamp)[:10]}"
     t_index = time.perf_counter()
     strip_words = 50 if args.strip_vectors else None
