@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from collections import OrderedDict
 from typing import Sequence
 
@@ -275,7 +276,8 @@ class BiEncoderEngine(ScoringEngine):
     """``z = similarity_scale * cosine`` of mean-pooled, unit-length query and passage vectors.
 
     Each distinct query and passage text of a call is encoded once; vectors stay in an LRU cache of
-    ``cache_size`` texts (0: none), so a passage graded again costs a dot product.
+    ``cache_size`` texts (0: none; 16,384 MiniLM vectors are 25 MB), so a passage graded again costs a
+    dot product. The cache is guarded by a lock: one engine may serve several threads.
     :meth:`remember` puts vectors computed elsewhere into that cache: a pipeline whose dense index
     was embedded by the same weights (:attr:`fingerprint`) at the same length hands over the chunk
     vectors it already holds. The batching (length-sorted, under ``batch_tokens``) and the opt-in
@@ -283,12 +285,13 @@ class BiEncoderEngine(ScoringEngine):
     """
 
     def __init__(self, model, tokenizer, spec: ModelSpec, device: torch.device, autocast_dtype: torch.dtype | None = None,
-                 batch_tokens: int | None = None, max_batch_size: int = 256, cache_size: int = 65536,
+                 batch_tokens: int | None = None, max_batch_size: int = 256, cache_size: int = 16384,
                  cpu_fast_path: bool = False):
         if spec.head != "bi-encoder":
             raise ValueError(f"BiEncoderEngine serves the bi-encoder head, not {spec.head!r}")
         self.cache_size = cache_size
         self._cache: OrderedDict[tuple[str, str], tuple[np.ndarray, bool]] = OrderedDict()
+        self._cache_lock = threading.Lock()
         self._use_cache = True
         # the fingerprint of the weights as loaded (the fast path swaps modules, so it is taken first)
         self._fingerprint = weights_fingerprint(model) if cpu_fast_path else None
@@ -331,11 +334,12 @@ class BiEncoderEngine(ScoringEngine):
         uniq = list(dict.fromkeys(texts))
         found: dict[str, tuple[np.ndarray, bool]] = {}
         if self._use_cache and self.cache_size:
-            for t in uniq:
-                hit = self._cache.get((kind, t))
-                if hit is not None:
-                    self._cache.move_to_end((kind, t))
-                    found[t] = hit
+            with self._cache_lock:
+                for t in uniq:
+                    hit = self._cache.get((kind, t))
+                    if hit is not None:
+                        self._cache.move_to_end((kind, t))
+                        found[t] = hit
         todo = [t for t in uniq if t not in found]
         if todo:
             ids, _ = self.encoder.encode_texts(todo, self._limit(kind))
@@ -363,11 +367,12 @@ class BiEncoderEngine(ScoringEngine):
     def _put(self, kind: str, items) -> None:
         if not self.cache_size:
             return
-        for text, value in items:
-            self._cache[(kind, text)] = value
-            self._cache.move_to_end((kind, text))
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
+        with self._cache_lock:
+            for text, value in items:
+                self._cache[(kind, text)] = value
+                self._cache.move_to_end((kind, text))
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
 
     def remember(self, texts: Sequence[str], vectors: np.ndarray, kind: str = "passage") -> None:
         """Cache ``vectors`` (unit length, this model's, computed at this spec's length limit) as the

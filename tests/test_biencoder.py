@@ -342,3 +342,16 @@ def test_bench_biencoder_script(bi_export, data, tmp_path, monkeypatch):
     assert res["pairs"] == 40 and 10 <= res["distinct_queries"] <= 20
     assert res["max_abs_cosine_diff"] < 1e-4  # the same cosines as SentenceTransformer on the same weights
     assert res["ours_pairs_per_s"] > 0 and res["latency_top5"]["grade"]["queries"] == 2
+
+
+def test_the_vector_cache_serves_threads(bi_export, dev_pairs):
+    from concurrent.futures import ThreadPoolExecutor
+
+    ev = inference.load(bi_export)
+    ev.engine.cache_size = 8  # small: entries come and go while the threads read and write
+    pairs = [(p.query, p.passage) for p in dev_pairs]
+    want = inference.load(bi_export).logits(pairs)
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda i: ev.logits(pairs[i::4]), range(4)))
+    for i, z in enumerate(got):
+        np.testing.assert_allclose(z, want[i::4], atol=1e-5)
