@@ -355,3 +355,14 @@ def test_the_vector_cache_serves_threads(bi_export, dev_pairs):
         got = list(pool.map(lambda i: ev.logits(pairs[i::4]), range(4)))
     for i, z in enumerate(got):
         np.testing.assert_allclose(z, want[i::4], atol=1e-5)
+
+
+def test_bf16_and_cpu_fast_path_options(bi_export, dev_pairs):
+    pairs = [(p.query, p.passage) for p in dev_pairs[:16]]
+    want = inference.load(bi_export).logits(pairs)
+    bf = inference.load(bi_export, dtype="bf16")
+    assert bf.engine.autocast_dtype == torch.bfloat16
+    np.testing.assert_allclose(bf.logits(pairs), want, atol=0.5)  # 20 x cosine in bf16: within half a logit
+    fast = inference.load(bi_export, cpu_fast_path=True)  # checked on probe pairs at load, kept or undone
+    np.testing.assert_allclose(fast.logits(pairs), want, atol=1e-3)
+    assert fast.engine.fingerprint == inference.load(bi_export).engine.fingerprint  # taken before any swap
