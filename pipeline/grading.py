@@ -129,7 +129,7 @@ class IndexVectors:
     """Hands the index's stored vectors to a bi-encoder evaluator, where they are the evaluator's own.
 
     That holds when the evaluator's engine takes vectors (:meth:`~inference.engine.BiEncoderEngine.remember`),
-    the index has a dense part embedded as ``title\ntext`` at the evaluator's ``max_length``, and the
+    the index has a dense part embedded as ``title\\ntext`` at the evaluator's ``max_length``, and the
     index's encoder computes the same function as the evaluator (equal
     :func:`~inference.modeling.weights_fingerprint`). Each chunk is then handed over only if the
     text the evaluator scores (its ``passage_format``) is the text the index embedded, and the
@@ -202,7 +202,7 @@ class IndexVectors:
             spans, v = self.index.strip_vectors(row)
             for (a, b), vec in zip(spans, v):
                 p = Passage(c.chunk.id, c.chunk.text[a:b], c.chunk.title)
-                if self.evaluator.passage_text(p) == p.full_text("\n"):
+                if p.text.strip() and self.evaluator.passage_text(p) == p.full_text("\n"):
                     texts.append(p.full_text("\n"))
                     vecs.append(vec)
         if texts:
