@@ -342,8 +342,7 @@ class BiEncoderEngine(ScoringEngine):
                         found[t] = hit
         todo = [t for t in uniq if t not in found]
         if todo:
-            ids, _ = self.encoder.encode_texts(todo, self._limit(kind))
-            cut = self._cut(todo, kind)
+            ids, cut = self.encoder.encode_texts(todo, self._limit(kind))
             flat, offsets, lengths = self._flatten(ids)
             for idx in self.plan_batches(lengths):
                 padded, mask = self._pad(flat, offsets, lengths, idx, self.pad_id)
@@ -358,11 +357,6 @@ class BiEncoderEngine(ScoringEngine):
             return np.zeros((0, self.dim or 0), dtype=np.float32), np.zeros(0, dtype=bool)
         return (np.stack([found[t][0] for t in texts]).astype(np.float32, copy=False),
                 np.array([found[t][1] for t in texts], dtype=bool))
-
-    def _cut(self, texts: Sequence[str], kind: str) -> list[bool]:
-        prefix, suffix = self.encoder._single
-        budget = self._limit(kind) - len(prefix) - len(suffix)
-        return [len(ids) > budget for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
 
     def _put(self, kind: str, items) -> None:
         if not self.cache_size:
@@ -382,7 +376,8 @@ class BiEncoderEngine(ScoringEngine):
             raise ValueError(f"remember: {len(texts)} texts need a [{len(texts)}, {self.dim}] array, got {vectors.shape}")
         if not self.cache_size or not len(texts):
             return
-        self._put(kind, ((t, (v, c)) for t, v, c in zip(texts, vectors, self._cut(texts, kind))))
+        cut = self.encoder.encode_texts(texts, self._limit(kind))[1]  # the truncation counts stay right
+        self._put(kind, ((t, (v, c)) for t, v, c in zip(texts, vectors, cut)))
 
     @torch.inference_mode()
     def logits(self, queries: Sequence[str], passages: Sequence[str], progress: bool = False,

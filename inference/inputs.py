@@ -103,18 +103,16 @@ class PairEncoder:
                                      "it cannot serve the bi-encoder head")
         return prefix, suffix
 
-    def encode_texts(self, texts: Sequence[str], max_tokens: int) -> tuple[list[list[int]], int]:
+    def encode_texts(self, texts: Sequence[str], max_tokens: int) -> tuple[list[list[int]], list[bool]]:
         """Bi-encoder: each text as ``prefix + tokens + suffix`` with at most ``max_tokens`` ids in
-        all (the same ids as ``tokenizer(text, truncation=True, max_length=max_tokens)``), and how
-        many were cut."""
+        all (the same ids as ``tokenizer(text, truncation=True, max_length=max_tokens)``), and which
+        of them were cut."""
         prefix, suffix = self._single
         budget = max(max_tokens - len(prefix) - len(suffix), 0)
-        out, cut = [], 0
+        out, cut = [], []
         for ids in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []:
-            if len(ids) > budget:
-                cut += 1
-                ids = ids[:budget]
-            out.append(prefix + ids + suffix)
+            cut.append(len(ids) > budget)
+            out.append(prefix + ids[:budget] + suffix)
         return out, cut
 
     def query_tokens(self) -> int:
@@ -175,8 +173,9 @@ class PairEncoder:
             return {"input_ids": []}, stats
         L = self.spec.max_length
         if self.spec.head == "bi-encoder":
-            q_ids, stats.queries_truncated = self.encode_texts(queries, self.query_tokens())
-            p_ids, stats.passages_truncated = self.encode_texts(passages, L)
+            q_ids, q_cut = self.encode_texts(queries, self.query_tokens())
+            p_ids, p_cut = self.encode_texts(passages, L)
+            stats.queries_truncated, stats.passages_truncated = sum(q_cut), sum(p_cut)
             return {"input_ids": q_ids, "p_input_ids": p_ids}, stats
         queries, q_ids = self._cap_queries(queries, stats)
         if self.spec.head == "cross-encoder":

@@ -41,8 +41,6 @@ HEADS: dict[str, str | None] = {
     "t5-head": "{query} [SEP] {passage}",
     "bi-encoder": None,
 }
-#: heads whose input is one joint sequence per pair (the bi-encoder's are two sequences, no template)
-PAIR_HEADS = ("cross-encoder", "seq2seq", "t5-head")
 #: the bi-encoder's default logit scale (sentence-transformers' MultipleNegativesRankingLoss uses 20)
 DEFAULT_SIMILARITY_SCALE = 20.0
 DEFAULT_TEMPLATES = HEADS

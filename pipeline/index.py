@@ -95,7 +95,7 @@ def load_encoder(path: str, device: str | None = None) -> "DenseEncoder":
 
 
 @lru_cache(maxsize=8)
-def _fingerprint_of(model_id: int, model) -> str:
+def _fingerprint_of(model) -> str:
     from inference.modeling import weights_fingerprint
 
     return weights_fingerprint(model)
@@ -105,7 +105,7 @@ def encoder_fingerprint(encoder: "DenseEncoder") -> str:
     """:func:`inference.modeling.weights_fingerprint` of a dense encoder's weights (once per
     loaded model): recorded in ``index.json`` and checked when the index loads its encoder."""
     model = getattr(encoder, "model", None)
-    return _fingerprint_of(id(model), model) if model is not None else ""
+    return _fingerprint_of(model) if model is not None else ""
 
 
 def _bi_encoder_length(folder: Path) -> int | None:

@@ -157,3 +157,20 @@ def ce_export(tiny_bert, tmp_path_factory) -> Path:
                           max_length=96, max_query_length=24, logging_steps=2, per_device_train_batch_size=8,
                           warmup_ratio=0.0, min_dev_pairs=20, report_to="none")
     return train_model(cfg).export_dir
+
+
+@pytest.fixture
+def trainer_datasets(monkeypatch) -> dict:
+    """What training.core hands its trainer: ``{"train": dataset, "eval": dataset}``, filled when a
+    test trains (the real PairTrainer runs; only its datasets are recorded)."""
+    import training.core as core
+
+    seen: dict = {}
+
+    class Spy(core.PairTrainer):
+        def __init__(self, *a, **k):
+            seen["train"], seen["eval"] = k["train_dataset"], k["eval_dataset"]
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(core, "PairTrainer", Spy)
+    return seen

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-import training.core as core
 from data_prep.cli import main as data_prep_main
 from data_prep.io import read_records, write_jsonl
 from data_prep.labelling import LabelConfig, OpenAIBackend, label
@@ -118,18 +117,11 @@ def test_the_sources_hold_soft_labels(cold_start):
     assert len(fb) == meta["pairs"]["written"] == 2 * N_FEEDBACK - meta["conflicts"]["count"]
 
 
-def test_cold_start_recipe_trains_the_evaluator(cold_start, tiny_bert, tmp_path, monkeypatch):
+def test_cold_start_recipe_trains_the_evaluator(cold_start, tiny_bert, tmp_path, trainer_datasets):
     import inference
     from training.cli import main as train_main
 
-    seen = {}
-
-    class Spy(core.PairTrainer):
-        def __init__(self, *a, **k):
-            seen["train"], seen["eval"] = k["train_dataset"], k["eval_dataset"]
-            super().__init__(*a, **k)
-
-    monkeypatch.setattr(core, "PairTrainer", Spy)
+    seen = trainer_datasets
     recipe = build_config(RECIPE)
     paths = {"llm": str(cold_start["labels"]), "feedback": str(cold_start["feedback"]),
              "nq": str(cold_start["dataset"])}

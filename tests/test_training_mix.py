@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-import training.core as core
 from data_prep.io import read_records, write_jsonl
 from data_prep.records import LabelledPair, QueryExample
 from training.config import ConfigError, EvaluatorConfig, build_config
@@ -198,15 +197,8 @@ def test_mix_trains_and_records_sources_in_the_manifest(tiny_bert, sources, tmp_
 
 
 @pytest.mark.parametrize("loss", ["soft-bce", "mse"])
-def test_soft_labels_train_end_to_end(tiny_bert, sources, tmp_path, monkeypatch, loss):
-    seen = {}
-
-    class Spy(core.PairTrainer):
-        def __init__(self, *a, **k):
-            seen["train"], seen["eval"] = k["train_dataset"], k["eval_dataset"]
-            super().__init__(*a, **k)
-
-    monkeypatch.setattr(core, "PairTrainer", Spy)
+def test_soft_labels_train_end_to_end(tiny_bert, sources, tmp_path, trainer_datasets, loss):
+    seen = trainer_datasets
     mix = [{"name": "human", "file": sources["human_train"], "dev_file": sources["human_dev"], "weight": 1},
            {"name": "llm", "file": sources["llm_train"], "dev_ratio": 0.4, "weight": 1}]
     cfg = mix_cfg(tiny_bert, tmp_path, mix, loss=loss, mix_size=160)
@@ -311,15 +303,17 @@ def test_mix_size_and_recipe_messages():
         EvaluatorConfig(train_mix=[GOOD], mix_size=0)
     with pytest.raises(ConfigError, match="config 'train_file': set train_file or dataset_dir \\(or train_mix\\)"):
         EvaluatorConfig()
-    # a recipe with a dataset_dir: a mix given on the command line must unset it
+    # data on the command line replaces the recipe's data of the other kind: a mix replaces a
+    # recipe's dataset_dir (and its prepare_data) ...
     ce = ROOT / "configs" / "evaluator" / "minilm-cross-encoder.yaml"
-    with pytest.raises(ConfigError, match="cannot be combined with dataset_dir .*--dataset_dir null"):
-        build_config(ce, {"train_mix": [GOOD]})
-    # the default recipe is a mix: your own data on the command line replaces it
+    over = build_config(ce, {"train_mix": [GOOD]})
+    assert over.train_mix == [GOOD] and over.dataset_dir is None and over.prepare_data == {}
+    # ... and a file or built folder replaces the default recipe's mix
     own = build_config(None, {"train_file": "t.jsonl", "dev_file": "d.jsonl"})
     assert own.train_file == "t.jsonl" and own.train_mix == [] and own.mix_size is None
     assert build_config(None, {"dataset_dir": "built"}).train_mix == []
-    with pytest.raises(ConfigError, match="cannot be combined with train_file"):  # unless both are asked for
+    # both kinds asked for at once stay an error that says what to unset
+    with pytest.raises(ConfigError, match="cannot be combined with train_file .*--train_file null"):
         build_config(None, {"train_file": "t.jsonl", "train_mix": [GOOD]})
     cfg = build_config(ce, {"train_mix": [GOOD], "dataset_dir": None, "mix_size": 100})
     assert cfg.train_mix == [GOOD] and cfg.to_dict()["train_mix"] == [GOOD]

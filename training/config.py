@@ -194,6 +194,9 @@ class TrainConfig:
         return {"task": self.TASK, **asdict(self)}
 
 
+#: the recipe keys that name the training data, by kind (build_config: the command line's replace the other kind)
+SINGLE_DATA_KEYS = ("train_file", "dev_file", "dataset_dir", "prepare_data")
+MIX_DATA_KEYS = ("train_mix", "mix_size")
 #: the keys of one train_mix source (see TrainConfig.train_mix)
 MIX_KEYS = ("name", "file", "dataset_dir", "weight", "dev_file", "dev_ratio", "max_examples", "prepare")
 
@@ -412,12 +415,15 @@ def build_config(recipe: str | os.PathLike | None = None, overrides: dict[str, A
     _check_keys(data, str(recipe), config_cls)
     overrides = overrides or {}
     _check_keys(overrides, "command line", config_cls)
-    if data.get("train_mix") and "train_mix" not in overrides and (overrides.get("train_file") or overrides.get("dataset_dir")):
-        # your own data on the command line replaces the recipe's mix (the quickstart recipe is a mix)
-        logger.info("%s: train_mix and mix_size of the recipe replaced by the command line's %s", recipe,
-                    "train_file" if overrides.get("train_file") else "dataset_dir")
-        data.pop("train_mix")
-        data.pop("mix_size", None)
+    # data named on the command line replaces the recipe's data of the other kind: a file or built
+    # folder replaces a mix (the quickstart recipe is one), a mix replaces a file or folder
+    single, mix = any(overrides.get(k) for k in ("train_file", "dataset_dir")), bool(overrides.get("train_mix"))
+    if single != mix:
+        replaced = [k for k in (MIX_DATA_KEYS if single else SINGLE_DATA_KEYS) if data.get(k) and k not in overrides]
+        if replaced:
+            logger.info("%s: the command line's data replaces the recipe's %s", recipe, ", ".join(replaced))
+            for k in replaced:
+                data.pop(k)
     data.update(overrides)
     try:
         return config_cls(**data)

@@ -19,7 +19,7 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 
 from inference.metrics import evaluate_scores
 
-from inference.modeling import relevance_logits
+from inference.modeling import DEFAULT_SIMILARITY_SCALE, relevance_logits
 
 from .losses import compute_loss
 from .modeling import head_module_names
@@ -77,7 +77,7 @@ class PairTrainer(Trainer):
 
     def __init__(self, *args: Any, head: str, loss_name: str, label_ids=None, pos_weight=None,
                  head_learning_rate: float | None = None, group_by_length: bool = True,
-                 similarity_scale: float = 20.0, **kwargs: Any):
+                 similarity_scale: float = DEFAULT_SIMILARITY_SCALE, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.similarity_scale = similarity_scale
         self.head = head
