@@ -10,7 +10,10 @@ manifest JSON named after its task (``evaluator.json``, ``answer_classifier.json
                   base_model (adapter exports), files_sha256: {file: sha256}}
     input        {template, label_tokens, max_length, max_query_length, passage_format,
                   sentence_max_chars (extractor)}
-    score        "sigmoid(a * logit + b)"
+    score        "sigmoid(a * logit + b)", or with a lexical feature
+                 "sigmoid(a * (logit + lexical.weight * lexical) + b)"
+    lexical      (optional) {file: lexical.json, sha256, weight, k1, b, documents, avgdl, tokenizer}:
+                 the BM25 term added to the model's logit (inference.lexical)
     calibration  {method, a, b, ...how it was fitted}
     thresholds   the task's decision (inference.decisions): Thresholds | Threshold | SentenceSelection
     metrics      {dev: {...}, ...}
@@ -40,6 +43,7 @@ from .tasks import TASKS, TaskSpec
 SCHEMA_VERSION = 1
 WEIGHTS = ("full", "merged-lora", "lora-adapter")
 SCORE_FORMULA = "sigmoid(a * logit + b)"
+LEXICAL_SCORE_FORMULA = "sigmoid(a * (logit + lexical.weight * lexical) + b)"
 
 
 class ExportError(ValueError):
@@ -82,6 +86,7 @@ class Manifest:
     training: dict[str, Any] = field(default_factory=dict)
     package: dict[str, Any] = field(default_factory=dict)
     sentence_max_chars: int | None = None  # extractor: the splitter's cut for over-long sentences
+    lexical: dict[str, Any] | None = None  # the lexical feature's section (inference.lexical)
     name: str | None = None
     created_at: str | None = None
     schema_version: int = SCHEMA_VERSION
@@ -113,7 +118,8 @@ class Manifest:
             "package": self.package,
             "model": model,
             "input": inp,
-            "score": SCORE_FORMULA,
+            "score": LEXICAL_SCORE_FORMULA if self.lexical else SCORE_FORMULA,
+            **({"lexical": self.lexical} if self.lexical else {}),
             "calibration": {**self.calibration_info, **self.calibration.to_dict()},
             "thresholds": self.thresholds.to_dict(),
             "metrics": self.metrics,
@@ -173,6 +179,7 @@ class Manifest:
             calibration_info={k: v for k, v in cal_d.items() if k not in ("method", "a", "b", "temperature")},
             metrics=_get(d, "metrics", dict, where, "", {}), training=_get(d, "training", dict, where, "", {}),
             package=_get(d, "package", dict, where, "", {}), sentence_max_chars=max_chars,
+            lexical=_lexical(d, where),
             name=_get(d, "name", (str, type(None)), where, "", None),
             created_at=_get(d, "created_at", (str, type(None)), where, "", None), schema_version=version,
         )
@@ -190,6 +197,14 @@ class Manifest:
         if p.name != m.file_name:
             raise ExportError(f"{p}: task {m.task!r} exports keep their manifest in {m.file_name}, not {p.name}")
         return m
+
+
+def _lexical(d: dict, where) -> dict[str, Any] | None:
+    lex = _get(d, "lexical", (dict, type(None)), where, "", None)
+    if lex is not None:
+        _get(lex, "weight", (int, float), where, "lexical")
+        _get(lex, "file", str, where, "lexical")
+    return lex
 
 
 # --------------------------------------------------------------------------------------------

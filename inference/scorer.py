@@ -20,6 +20,7 @@ from data_prep.records import Passage
 from .calibration import Calibration, sigmoid
 from .engine import ScoringEngine
 from .inputs import EncodeStats, passage_text
+from .lexical import LexicalError, LexicalFeature
 from .manifest import ExportError, Manifest
 from .modeling import ModelSpec
 
@@ -30,7 +31,8 @@ class PairScorer:
     """Calibrated probabilities for (query, passage) pairs, in input order.
 
     A passage is a string or a :class:`~data_prep.records.Passage` (shown to the model through the
-    manifest's ``passage_format``, ``"{title}. {text}"`` by default, as in training).
+    manifest's ``passage_format``, ``"{title}. {text}"`` by default, as in training). An export with
+    a lexical feature (:mod:`inference.lexical`) adds ``weight * lexical`` to every model logit.
     """
 
     task = ""
@@ -40,6 +42,14 @@ class PairScorer:
         self.manifest = manifest
         self.calibration: Calibration = manifest.calibration
         self.path = path
+        self.lexical: LexicalFeature | None = None
+        if manifest.lexical:
+            if path is None:
+                raise ExportError("the manifest has a lexical feature, but no export folder to read its table from")
+            try:
+                self.lexical = LexicalFeature.load(path, manifest.lexical)
+            except LexicalError as e:
+                raise ExportError(str(e)) from None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(path={self.path!r}, head={self.spec.head!r}, device={str(self.device)!r})"
@@ -86,14 +96,23 @@ class PairScorer:
 
     # -- scores --------------------------------------------------------------------------------
     def logits(self, pairs: Iterable[Pair], progress: bool = False) -> np.ndarray:
-        """The model's logit ``z`` per pair (float64, input order)."""
+        """The export's logit ``z`` per pair (float64, input order): the model's, plus the lexical
+        term when the export has one."""
         queries, passages = self.texts(pairs)
-        return self.engine.logits(queries, passages, progress=progress)[0]
+        return self.text_logits(queries, passages, progress)[0]
+
+    def text_logits(self, queries: Sequence[str], passages: Sequence[str],
+                    progress: bool = False) -> tuple[np.ndarray, EncodeStats]:
+        """The export's logits of already checked texts, and the truncation counts."""
+        z, stats = self.engine.logits(queries, passages, progress=progress)
+        if self.lexical is not None:
+            z = z + self.lexical.logits(queries, passages)
+        return z, stats
 
     def score_texts(self, queries: Sequence[str], passages: Sequence[str],
                     progress: bool = False) -> tuple[np.ndarray, np.ndarray, EncodeStats]:
         """Calibrated and raw probabilities of already checked texts, and the truncation counts."""
-        z, stats = self.engine.logits(queries, passages, progress=progress)
+        z, stats = self.text_logits(queries, passages, progress)
         return self.calibrate(z), sigmoid(z), stats
 
     def calibrate(self, logits: Sequence[float] | np.ndarray) -> np.ndarray:

@@ -68,7 +68,7 @@ class _Marked:
     def _fake(self, decision, marks: dict[str, float], default: float, max_query_length: int = 16) -> None:
         spec = ModelSpec(head="cross-encoder", max_length=128, max_query_length=max_query_length)
         engine = SimpleNamespace(spec=spec, device=torch.device("cpu"))
-        manifest = SimpleNamespace(thresholds=decision, calibration=Calibration(), sentence_max_chars=None)
+        manifest = SimpleNamespace(thresholds=decision, calibration=Calibration(), sentence_max_chars=None, lexical=None)
         super().__init__(engine, manifest, "fake")  # PairScorer.__init__
         self.marks, self.default, self.calls = dict(marks), default, []
 

@@ -393,7 +393,7 @@ print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & set(TRAINING_
 HIDE = """
 import importlib.abc, sys
 HIDDEN = {"training", "accelerate", "peft", "wandb", "datasets", "matplotlib", "tensorboard", "evaluate", "bm25s",
-          "faiss", "sklearn", "numba", "Stemmer", "jieba", "rank_bm25", "scipy"}
+          "faiss", "sklearn", "numba", "jieba", "rank_bm25", "scipy"}
 class Hide(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in HIDDEN:

@@ -121,6 +121,7 @@ class TrainConfig:
 
     # --- calibration, thresholds, export -----------------------------------------------
     calibration: str = opt("platt", "platt | temperature | none: maps logits to probabilities, fitted on dev.")
+    lexical_feature: bool = opt(False, "Add a lexical term to the exported logit: weight x BM25(query, passage) / the query's largest BM25 (stemmed words; document frequencies of the training data's distinct passages, shipped in the export's lexical.json). The weight is fitted on dev before the calibration; inference.load applies it wherever the export scores. It adds what exact words catch to a model judging meaning (docs/benchmarks.md, Out of domain).")
     min_dev_pairs: int = opt(50, "Below this many dev pairs the decision keeps its defaults (the paper's 0.79 / 0.50 for the evaluator, 0.5 for the answer classifier).")
     export_dir: str = opt("outputs/evaluator", "Where the export (weights, tokenizer, manifest, model card, plots) is written.")
     merge_lora: bool = opt(True, "Export LoRA merged into the weights (False: adapter and head only).")

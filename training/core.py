@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from inference.calibration import sigmoid
-from inference.inputs import PairEncoder
+from inference.inputs import PairEncoder, passage_text
+from inference.lexical import LexicalFeature
 from inference.manifest import Manifest, ModelInfo, file_sha256
 from inference.metrics import evaluate_scores
 from inference.modeling import ModelSpec, infer_head, label_token_ids, load_backbone, resolve_model_path
@@ -79,7 +80,6 @@ def serving_logits(model, tokenizer, spec: ModelSpec, label_ids, pairs, device) 
     """The logits of ``pairs`` through the serving engine (:func:`inference.engine.new_engine`),
     without changing ``model`` (no layer is swapped: the unpadded BERT path is a wrapper)."""
     from inference.engine import new_engine
-    from inference.inputs import passage_text
 
     engine = new_engine(model, tokenizer, spec, device, label_ids, first_token_layer=False,
                         unpadded=device.type == "cpu")
@@ -139,6 +139,41 @@ def metrics_by_source(cfg: TrainConfig, decision, probs: np.ndarray, labels: np.
     if skipped:
         out["dev_by_source_skipped"] = skipped
     return out
+
+
+def example_passages(examples) -> Any:
+    """Every passage of training examples: a group's positives and negatives, a pair's passage."""
+    for e in examples:
+        if hasattr(e, "positives"):
+            yield from e.positives
+            yield from e.negatives
+        else:
+            yield e.passage
+
+
+def fit_lexical(train_examples, calib_pairs, logits: np.ndarray, labels: np.ndarray, passage_format: str,
+                mix: Mix | None = None) -> tuple[LexicalFeature, dict[str, Any]]:
+    """The export's lexical feature: document frequencies of the distinct passages of the training
+    examples and the dev pairs (as the model sees them), its weight fitted on the dev ``logits``.
+    With a ``mix``, each source's dev pairs weigh in the fit by the source's share of the mix, so
+    that the source with the largest dev split does not set the weight alone."""
+    texts = [passage_text(p, passage_format) for p in example_passages(train_examples)]
+    texts += [passage_text(p.passage, passage_format) for p in calib_pairs]
+    feature = LexicalFeature.from_corpus(texts)
+    lex = feature.scores([p.query for p in calib_pairs], [passage_text(p.passage, passage_format) for p in calib_pairs])
+    sample_weight = None
+    if mix is not None:
+        share = {s.name: s.weight / mix.total_weight for s in mix.sources}
+        count: dict[str, int] = {}
+        for p in calib_pairs:
+            count[p.metadata[MIX_TAG]] = count.get(p.metadata[MIX_TAG], 0) + 1
+        sample_weight = [share[p.metadata[MIX_TAG]] / count[p.metadata[MIX_TAG]] for p in calib_pairs]
+    feature.weight, info = fitting.fit_lexical_weight(logits, lex, labels, sample_weight)
+    info.update(corpus_passages=feature.documents, terms=len(feature.df),
+                pairs_weighted_by="the source's share of the mix" if mix is not None else "equally")
+    logger.info("lexical feature: %d distinct passages, %d terms, weight %.4f", feature.documents, len(feature.df),
+                feature.weight)
+    return feature, info
 
 
 def train_model(cfg: TrainConfig) -> TrainResult:
@@ -248,6 +283,12 @@ def train_model(cfg: TrainConfig) -> TrainResult:
     labels = np.asarray(calib_ds.labels, dtype=np.float64)
     if not np.isfinite(logits).all():
         raise FloatingPointError("non-finite dev scores after training (diverged); lower the learning rate or use bf16/fp32")
+    lexical = None
+    if cfg.lexical_feature:
+        corpus = [e for src in mix.sources for e in src.examples] if mix else (groups if cfg.loss == "group-ce" else pairs)
+        lexical, lex_info = fit_lexical(corpus, calib_pairs, logits, labels, spec.passage_format, mix)
+        logits = logits + lexical.logits([p.query for p in calib_pairs],
+                                         [passage_text(p.passage, spec.passage_format) for p in calib_pairs])
     calib = fitting.fit_calibration(logits, labels, cfg.calibration)
     probs = calib.apply(logits)
     decision = TRAINING_TASKS[cfg.TASK].fit_decision(cfg, probs, labels)
@@ -255,6 +296,8 @@ def train_model(cfg: TrainConfig) -> TrainResult:
     metrics = dev_metrics(cfg, decision, probs, labels, calib_ds)
     raw_metrics = evaluate_scores(raw_probs, labels, 0.5, None, query_ids=calib_ds.group_ids, actions=False)
     calib_info = {**fitting.calibration_report(logits, labels, calib), "fitted_on": "dev", "dev_pairs": len(labels)}
+    if lexical is not None:
+        calib_info["lexical_fit"] = lex_info
     all_metrics = {"dev": metrics, "dev_raw_at_0.5": raw_metrics}
     if mix is None:
         data_info = {"train_file": train_file, "train_sha256": file_sha256(train_file), "train_examples": n_train,
@@ -290,6 +333,8 @@ def train_model(cfg: TrainConfig) -> TrainResult:
 
     def contents(tmp: Path) -> dict[str, Any]:
         info = save_model_weights(trainer.model, tokenizer, tmp, merge_lora=cfg.merge_lora)
+        if lexical is not None:
+            manifest.lexical = lexical.save(tmp)
         write_plots(tmp / "plots", probs, labels, plot_thresholds(decision),
                     getattr(decision, "precision_target", None), raw_probs=raw_probs)
         return info

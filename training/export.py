@@ -105,6 +105,11 @@ def model_card(m: Manifest) -> str:
         tags = ", ".join("bi-encoder" if t == "cross-encoder" else t for t in spec.tags if t != "reranker")
     else:
         template, tags = m.spec.input_template or "tokenizer pair encoding", ", ".join(spec.tags)
+    if m.lexical:
+        lex = m.lexical
+        template += (f"; plus a lexical term: logit += {_fmt(lex.get('weight'))} x BM25(query, passage) / the query's "
+                     f"largest BM25 (`{lex.get('file')}`: document frequencies of {lex.get('documents')} training "
+                     f"passages, stemmed words)")
     fields = {
         "tags": tags, "title": spec.title[0].upper() + spec.title[1:], "head": m.spec.head,
         "architecture": m.model.architecture, "description": spec.card, "name": m.name or ".", "usage": spec.usage,

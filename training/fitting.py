@@ -59,6 +59,37 @@ def fit_calibration(logits: Sequence[float], labels: Sequence[float], method: st
     raise ValueError(f"unknown calibration method {method!r} (use platt, temperature or none)")
 
 
+def fit_lexical_weight(logits: Sequence[float], lexical: Sequence[float], labels: Sequence[float],
+                       sample_weight: Sequence[float] | None = None) -> tuple[float, dict]:
+    """The weight ``w`` of the lexical term in ``logit + w * lexical``: the ratio ``c / a`` of the
+    logistic regression ``sigmoid(a * logit + c * lexical + b)`` fitted by log loss on dev, with
+    ``a > 0`` and ``c >= 0`` (a lexical match never counts against a passage). Returns ``(w, info)``;
+    ``info`` has the fitted coefficients and the dev log loss without and with the term.
+    ``sample_weight`` weighs the pairs (a train_mix: each source by its share of the mix)."""
+    from scipy.optimize import minimize
+
+    z = np.asarray(logits, dtype=np.float64)
+    x = np.asarray(lexical, dtype=np.float64)
+    y = np.asarray(labels, dtype=np.float64)
+    if len(np.unique((y >= 0.5).astype(int))) < 2:
+        raise ValueError("the lexical weight needs both positive and negative dev pairs")
+    sw = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
+    sw = sw / sw.sum()
+
+    def nll(p):
+        t = p[0] * z + p[1] * x + p[2]
+        return float(np.sum(sw * (np.logaddexp(0.0, t) - y * t)))
+
+    base = minimize(lambda p: nll([p[0], 0.0, p[1]]), x0=[1.0, 0.0], method="L-BFGS-B")
+    res = minimize(nll, x0=[float(base.x[0]) if base.x[0] > 0 else 1.0, 0.0, float(base.x[1])], method="L-BFGS-B",
+                   bounds=[(1e-6, None), (0.0, None), (None, None)])
+    a, c, b = (float(v) for v in res.x)
+    w = c / a
+    info = {"a": a, "c": c, "b": b, "dev_log_loss_without": float(base.fun), "dev_log_loss_with": float(res.fun)}
+    logger.info("lexical weight %.4f (logistic a %.4f, c %.4f); dev log loss %.4f -> %.4f", w, a, c, base.fun, res.fun)
+    return w, info
+
+
 def _high_threshold(s: np.ndarray, y: np.ndarray, target: float, min_support: int) -> float | None:
     """Lowest t such that precision(score >= t) >= target over at least min_support pairs.
 
