@@ -99,26 +99,40 @@ class LexicalFeature:
                 self._tokens.popitem(last=False)
         return hit
 
-    def pair(self, query: str, passage: str) -> float:
-        """BM25(query, passage) / the query's largest possible BM25, in [0, 1] (0 for a query with no terms)."""
+    def _query(self, query: str) -> tuple[list[float], list[str]]:
+        """The query's distinct terms and their idf."""
         terms = list(dict.fromkeys(self._tok(query)))
-        if not terms:
+        return [self.idf(t) for t in terms], terms
+
+    def _pair(self, query: tuple[list[float], list[str]], passage: str) -> float:
+        weights, terms = query
+        total = sum(weights)
+        if total <= 0:
             return 0.0
         tf, dl = self._passage(passage)
-        k1, norm = self.k1, self.k1 * (1.0 - self.b + self.b * dl / self.avgdl)
-        total = got = 0.0
-        for t in terms:
-            w = self.idf(t)
-            total += w
+        norm = self.k1 * (1.0 - self.b + self.b * dl / self.avgdl)
+        got = 0.0
+        for t, w in zip(terms, weights):
             f = tf.get(t, 0)
             if f:
                 got += w * f / (f + norm)
-        return got / total if total > 0 else 0.0
+        return got / total
+
+    def pair(self, query: str, passage: str) -> float:
+        """BM25(query, passage) / the query's largest possible BM25, in [0, 1] (0 for a query with no terms)."""
+        return self._pair(self._query(query), passage)
 
     def scores(self, queries: Sequence[str], passages: Sequence[str]) -> np.ndarray:
-        """:meth:`pair` of each (query, passage), float64, in order."""
-        return np.fromiter((self.pair(q, p) for q, p in zip(queries, passages, strict=True)), dtype=np.float64,
-                           count=len(queries))
+        """:meth:`pair` of each (query, passage), float64, in order (each distinct query tokenised once)."""
+        if len(queries) != len(passages):
+            raise ValueError(f"{len(queries)} queries but {len(passages)} passages")
+        seen: dict[str, tuple[list[float], list[str]]] = {}
+        out = np.empty(len(queries), dtype=np.float64)
+        for i, (q, p) in enumerate(zip(queries, passages)):
+            if q not in seen:
+                seen[q] = self._query(q)
+            out[i] = self._pair(seen[q], p)
+        return out
 
     def logits(self, queries: Sequence[str], passages: Sequence[str]) -> np.ndarray:
         """``weight * lexical`` per pair: what the export adds to the model's logit."""

@@ -41,8 +41,12 @@ def test_pair_is_bm25_over_the_querys_best_by_hand():
     assert f.pair("runs", "He runs daily.") == f.pair("running", "He runs daily.") > 0
     assert f.pair("Berlin", CORPUS[0]) == 0.0 and f.pair("the of is", CORPUS[0]) == 0.0
     assert f.pair("unseen-word", "an unseen-word here") > 0  # unseen terms get the largest idf
-    s = f.scores(["Eiffel tower", "capital of France"], [CORPUS[0], CORPUS[1]])
-    assert s.dtype == np.float64 and ((0 <= s) & (s < 1)).all()
+    qs, ps = ["Eiffel tower", "capital of France", "Eiffel tower"], [CORPUS[0], CORPUS[1], CORPUS[3]]
+    s = f.scores(qs, ps)  # a repeated query is tokenised once; the scores are pair()'s
+    assert s.dtype == np.float64 and ((0 <= s) & (s < 1)).all() and s[0] > s[2] > 0
+    np.testing.assert_array_equal(s, [f.pair(q, p) for q, p in zip(qs, ps)])
+    with pytest.raises(ValueError, match="3 queries but 2 passages"):
+        f.scores(qs, ps[:2])
     f.weight = 3.0
     np.testing.assert_allclose(f.logits(["Eiffel tower"], [CORPUS[0]]), 3.0 * f.pair("Eiffel tower", CORPUS[0]))
     with pytest.raises(LexicalError, match="corpus with words"):

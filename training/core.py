@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -152,28 +153,27 @@ def example_passages(examples) -> Any:
 
 
 def fit_lexical(train_examples, calib_pairs, logits: np.ndarray, labels: np.ndarray, passage_format: str,
-                mix: Mix | None = None) -> tuple[LexicalFeature, dict[str, Any]]:
+                mix: Mix | None = None) -> tuple[LexicalFeature, np.ndarray, dict[str, Any]]:
     """The export's lexical feature: document frequencies of the distinct passages of the training
     examples and the dev pairs (as the model sees them), its weight fitted on the dev ``logits``.
     With a ``mix``, each source's dev pairs weigh in the fit by the source's share of the mix, so
-    that the source with the largest dev split does not set the weight alone."""
-    texts = [passage_text(p, passage_format) for p in example_passages(train_examples)]
-    texts += [passage_text(p.passage, passage_format) for p in calib_pairs]
-    feature = LexicalFeature.from_corpus(texts)
-    lex = feature.scores([p.query for p in calib_pairs], [passage_text(p.passage, passage_format) for p in calib_pairs])
+    that the source with the largest dev split does not set the weight alone. Returns the feature,
+    its dev scores (unweighted) and the fit's report."""
+    dev_texts = [passage_text(p.passage, passage_format) for p in calib_pairs]
+    feature = LexicalFeature.from_corpus([passage_text(p, passage_format) for p in example_passages(train_examples)]
+                                         + dev_texts)
+    lex = feature.scores([p.query for p in calib_pairs], dev_texts)
     sample_weight = None
     if mix is not None:
         share = {s.name: s.weight / mix.total_weight for s in mix.sources}
-        count: dict[str, int] = {}
-        for p in calib_pairs:
-            count[p.metadata[MIX_TAG]] = count.get(p.metadata[MIX_TAG], 0) + 1
+        count = Counter(p.metadata[MIX_TAG] for p in calib_pairs)
         sample_weight = [share[p.metadata[MIX_TAG]] / count[p.metadata[MIX_TAG]] for p in calib_pairs]
     feature.weight, info = fitting.fit_lexical_weight(logits, lex, labels, sample_weight)
     info.update(corpus_passages=feature.documents, terms=len(feature.df),
                 pairs_weighted_by="the source's share of the mix" if mix is not None else "equally")
     logger.info("lexical feature: %d distinct passages, %d terms, weight %.4f", feature.documents, len(feature.df),
                 feature.weight)
-    return feature, info
+    return feature, lex, info
 
 
 def train_model(cfg: TrainConfig) -> TrainResult:
@@ -286,9 +286,8 @@ def train_model(cfg: TrainConfig) -> TrainResult:
     lexical = None
     if cfg.lexical_feature:
         corpus = [e for src in mix.sources for e in src.examples] if mix else (groups if cfg.loss == "group-ce" else pairs)
-        lexical, lex_info = fit_lexical(corpus, calib_pairs, logits, labels, spec.passage_format, mix)
-        logits = logits + lexical.logits([p.query for p in calib_pairs],
-                                         [passage_text(p.passage, spec.passage_format) for p in calib_pairs])
+        lexical, lex, lex_info = fit_lexical(corpus, calib_pairs, logits, labels, spec.passage_format, mix)
+        logits = logits + lexical.weight * lex
     calib = fitting.fit_calibration(logits, labels, cfg.calibration)
     probs = calib.apply(logits)
     decision = TRAINING_TASKS[cfg.TASK].fit_decision(cfg, probs, labels)
