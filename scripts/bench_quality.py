@@ -38,8 +38,17 @@ unavailable. ``--limit N`` keeps a seeded sample of N queries per set (after the
 Per set the JSON has ``{"n", "positives", "queries", "auc", "accuracy_at_theta_high" (predict
 relevant iff the calibrated score >= the export's ``theta_high``), "mrr", "p@1" (over queries
 with several candidates and a positive), "baselines": {"bm25": {"auc", "mrr", "p@1"},
-"minilm_cosine": {...}}, "beats_baselines"}`` (AUC above both baselines'); ``target_met`` is true
-when every scored set beats both. Caveat: mined negatives are the hits a retriever ranked high, so
+"minilm_cosine": {...}}, "decision", "beats_baselines"}`` (AUC above both baselines'); ``target_met`` is true
+when every scored set beats both.
+
+``decision`` is CRAG's view, which a pooled pair AUC does not give: the set's queries are split in
+two by a seeded hash; one half keeps its candidates, the other has its positives withheld (retrieval
+missed them), and each query is scored by its best candidate, as CRAG acts on it. ``decision.auc``
+tells the two halves apart (``decision_auc`` per baseline); ``correct_when_answerable`` and
+``incorrect_when_unanswerable`` are the shares the export's own thresholds route right. A score can
+gain pair AUC and lose here: a per-query offset taken from what was retrieved ranks each query's
+candidates against each other, which lifts the pooled AUC when every query has a positive, and can
+hide the queries that have none (docs/benchmarks.md, "Out of domain": CSLS). Caveat: mined negatives are the hits a retriever ranked high, so
 the BM25 baseline is handicapped on ``scifact`` / ``nq-open`` (BM25-mined) and a dense one
 somewhat on the FlagEmbedding sets (dense-mined).
 """
@@ -302,7 +311,47 @@ def rank_figures(scores, labels, qids) -> dict:
     return {} if r is None else {"mrr": r[f"mrr@{k}"], "p@1": r["p@1"], "ranking_queries": r["ranking_queries"]}
 
 
-def bench_set(model, groups: list[Group], cosine: Cosine) -> dict:
+def decision_split(qids, labels, seed: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """CRAG's decision view of a set. Queries with a positive and a negative are split in two by a
+    seeded hash of their id: an "answerable" half keeps every candidate; an "unanswerable" half has its
+    positives withheld, as when retrieval missed them. Returns each kept query's candidate rows and
+    whether it is answerable."""
+    labels = np.asarray(labels, dtype=float) >= 0.5
+    rows: dict[str, list[int]] = {}
+    for i, q in enumerate(qids):
+        rows.setdefault(str(q), []).append(i)
+    cands, answerable = [], []
+    for q, idx in rows.items():
+        idx = np.asarray(idx)
+        pos = labels[idx]
+        if not pos.any() or pos.all():
+            continue
+        withheld = int(hashlib.sha256(f"{seed}:{q}:decision".encode("utf-8")).hexdigest(), 16) % 2 == 1
+        cands.append(idx[~pos] if withheld else idx)
+        answerable.append(not withheld)
+    return cands, np.asarray(answerable, dtype=bool)
+
+
+def decision_figures(scores, split, theta_high: float | None = None, theta_low: float | None = None) -> dict:
+    """How well the best score among a query's candidates tells answerable queries from unanswerable
+    ones (:func:`decision_split`): CRAG acts on that maximum (one Correct chunk makes the query
+    Correct; Incorrect needs every chunk below theta_low). ``auc`` of the maximum; with thresholds,
+    the share of answerable queries the export calls Correct and of unanswerable ones it calls
+    Incorrect. Empty when either kind is missing."""
+    from inference.metrics import roc_auc
+
+    cands, answerable = split
+    if not answerable.any() or answerable.all():
+        return {}
+    best = np.array([float(np.max(np.asarray(scores)[c])) for c in cands])
+    out = {"queries": int(len(best)), "answerable": int(answerable.sum()), "auc": roc_auc(best, answerable.astype(float))}
+    if theta_high is not None and theta_low is not None:
+        out["correct_when_answerable"] = float(np.mean(best[answerable] >= theta_high))
+        out["incorrect_when_unanswerable"] = float(np.mean(best[~answerable] < theta_low))
+    return out
+
+
+def bench_set(model, groups: list[Group], cosine: Cosine, seed: int = 13) -> dict:
     from inference.inputs import passage_text
     from inference.metrics import binary_at, roc_auc
 
@@ -333,6 +382,10 @@ def bench_set(model, groups: list[Group], cosine: Cosine) -> dict:
                                                            if k != "ranking_queries"}}
                       for name, s in (("bm25", bm), ("minilm_cosine", cos))},
     }
+    split = decision_split(qids, labels, seed)
+    out["decision"] = decision_figures(probs, split, model.theta_high, model.theta_low)
+    for name, sc in (("bm25", bm), ("minilm_cosine", cos)):
+        out["baselines"][name]["decision_auc"] = decision_figures(sc, split).get("auc")
     # a diagnostic, not a baseline: are ours and the zero-shot cosine complementary? (AUC of the mean
     # of the two scores' ranks within the set: no fitting, so nothing is tuned on the held-out set)
     if len(flat) > 1:
@@ -356,14 +409,16 @@ def machine() -> dict:
 
 def table(result: dict) -> str:
     head = f"{'set':<24}{'q':>5}{'pairs':>7}{'pos':>6} | {'AUC ours':>8}{'bm25':>7}{'minilm':>7} | {'acc@th':>6} | " \
-           f"{'MRR ours':>8}{'bm25':>7}{'minilm':>7} | beats"
+           f"{'MRR ours':>8}{'bm25':>7}{'minilm':>7} | {'dec ours':>8}{'bm25':>7}{'minilm':>7} | beats"
     f = lambda v: f"{v:.3f}" if isinstance(v, float) else "-"
     lines = [head, "-" * len(head)]
     for name, r in result["sets"].items():
         b = r["baselines"]
         lines.append(f"{name:<24}{r['queries']:>5}{r['n']:>7}{r['positives']:>6} | {f(r['auc']):>8}{f(b['bm25']['auc']):>7}"
                      f"{f(b['minilm_cosine']['auc']):>7} | {f(r['accuracy_at_theta_high']):>6} | {f(r.get('mrr')):>8}"
-                     f"{f(b['bm25'].get('mrr')):>7}{f(b['minilm_cosine'].get('mrr')):>7} | {r['beats_baselines']}")
+                     f"{f(b['bm25'].get('mrr')):>7}{f(b['minilm_cosine'].get('mrr')):>7} | "
+                     f"{f(r.get('decision', {}).get('auc')):>8}{f(b['bm25'].get('decision_auc')):>7}"
+                     f"{f(b['minilm_cosine'].get('decision_auc')):>7} | {r['beats_baselines']}")
     for name, e in result["excluded"].items():
         lines.append(f"{name:<24}excluded ({e['kind']}): {e['reason']}")
     lines.append(f"target (beats both baselines on every scored set): {result['target_met']}; "
@@ -461,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
         if cosine is None:
             cosine = Cosine(args.cosine_model)
         logger.info("%s: %d queries, %d pairs", name, len(groups), sum(len(g.items) for g in groups))
-        r = bench_set(model, groups, cosine)
+        r = bench_set(model, groups, cosine, args.seed)
         r["seconds"] = round(time.perf_counter() - t0, 1)
         result["sets"][name], result["set_info"][name] = r, info
         logger.info("  AUC %s; BM25 %s; MiniLM cosine %s", r["auc"], r["baselines"]["bm25"]["auc"],
@@ -492,7 +547,11 @@ def record(export_dir: str, result: dict) -> None:
     m = ex.manifest
     sets = {name: {"n": r["n"], "queries": r["queries"], "auc": r["auc"], "bm25_auc": r["baselines"]["bm25"]["auc"],
                    "minilm_cosine_auc": r["baselines"]["minilm_cosine"]["auc"], "mrr": r["mrr"],
-                   "accuracy_at_theta_high": r["accuracy_at_theta_high"]}
+                   "accuracy_at_theta_high": r["accuracy_at_theta_high"],
+                   **({"decision_auc": r["decision"]["auc"],
+                       "bm25_decision_auc": r["baselines"]["bm25"]["decision_auc"],
+                       "minilm_cosine_decision_auc": r["baselines"]["minilm_cosine"]["decision_auc"]}
+                      if r.get("decision") else {})}
             for name, r in result["sets"].items()}
     m.metrics["held_out"] = {
         "about": (f"scripts/bench_quality.py on {datetime.date.today().isoformat()}: sets the export did not train on, "

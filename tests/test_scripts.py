@@ -95,8 +95,50 @@ def _quality_data(root: Path) -> tuple[Path, Path]:
     return data, shared
 
 
-def test_bench_quality(tmp_path, tiny_bert, capsys, monkeypatch):
+def _bench_quality_module(monkeypatch):
     import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_quality", ROOT / "scripts" / "bench_quality.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_quality", bench)  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_bench_quality_decision_view(monkeypatch):
+    """CRAG's decision view: half the queries lose their positives; each query is scored by its best candidate."""
+    import numpy as np
+
+    bench = _bench_quality_module(monkeypatch)
+    qids, labels, scores = [], [], []
+    for i in range(40):  # 1 positive + 2 negatives each; the positive scores above every negative
+        for j, y in enumerate((1.0, 0.0, 0.0)):
+            qids.append(f"q{i}")
+            labels.append(y)
+            scores.append(0.9 if y else 0.1 + 0.1 * j)
+    qids += ["all-pos", "all-neg"]  # nothing to withhold or nothing to find: left out
+    labels += [1.0, 0.0]
+    scores += [0.5, 0.5]
+    cands, answerable = split = bench.decision_split(qids, labels, seed=13)
+    assert len(cands) == 40 and 10 < answerable.sum() < 30  # a hash split, roughly half
+    assert bench.decision_split(qids, labels, seed=13)[1].tolist() == answerable.tolist()  # seeded: the same split
+    assert bench.decision_split(qids, labels, seed=14)[1].tolist() != answerable.tolist()
+    lab = np.asarray(labels)
+    for c, a in zip(cands, answerable):  # withheld queries keep their negatives only
+        assert (lab[c] == 1).any() == bool(a) and len(c) == (3 if a else 2)
+    d = bench.decision_figures(np.asarray(scores), split, theta_high=0.8, theta_low=0.35)
+    assert d == {"queries": 40, "answerable": int(answerable.sum()), "auc": 1.0, "correct_when_answerable": 1.0,
+                 "incorrect_when_unanswerable": 1.0}
+    # a per-query offset from what was retrieved keeps each query's ranking but hides the queries with
+    # nothing to find: here every query's best candidate is moved to the same level
+    flat = np.asarray(scores, dtype=float)
+    for c in cands:
+        flat[c] += 0.5 - flat[c].max()
+    assert bench.decision_figures(flat, split)["auc"] == 0.5
+    assert bench.decision_figures(np.asarray(scores), (cands[:3], np.ones(3, dtype=bool))) == {}  # one kind only
+
+
+def test_bench_quality(tmp_path, tiny_bert, capsys, monkeypatch):
     import shutil
 
     from inference.calibration import Calibration
@@ -117,10 +159,7 @@ def test_bench_quality(tmp_path, tiny_bert, capsys, monkeypatch):
     data, shared = _quality_data(tmp_path)
     out = tmp_path / "quality.json"
     # in process (the script's main), so the test does not pay transformers' imports a second time
-    spec = importlib.util.spec_from_file_location("bench_quality", ROOT / "scripts" / "bench_quality.py")
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_quality", bench)  # its dataclasses look their module up
-    spec.loader.exec_module(bench)
+    bench = _bench_quality_module(monkeypatch)
     assert bench.main(["--model", str(export), "--json", str(out), "--limit", "3", "--negatives", "3",
                        "--data-dir", str(data), "--shared-data", str(shared), "--record"]) == 0
     res = json.loads(out.read_text())
@@ -144,6 +183,9 @@ def test_bench_quality(tmp_path, tiny_bert, capsys, monkeypatch):
         assert 0.0 <= s["auc"] <= 1.0 and 0.0 <= s["accuracy_at_theta_high"] <= 1.0 and 0.0 <= s["mrr"] <= 1.0, name
         assert set(s["baselines"]) == {"bm25", "minilm_cosine"} and isinstance(s["beats_baselines"], bool), name
         assert s["beats_baselines"] == (s["auc"] > max(b["auc"] for b in s["baselines"].values())), name
+        d = s["decision"]  # {} when the hash split left only one kind among so few queries
+        assert not d or (d["queries"] <= s["queries"] and 0 < d["answerable"] < d["queries"] and 0 <= d["auc"] <= 1), name
+        assert (s["baselines"]["bm25"]["decision_auc"] is None) == (not d), name
     assert res["sets"]["msmarco-triples"]["n"] == 6 and res["sets"]["flagembedding-msmarco"]["n"] == 15  # 3 x (1 + 1), 3 x (1 + 4)
     assert res["sets"]["squad"]["n"] == 12  # 3 x (1 + 3 negatives)
     assert res["sets"]["scifact"]["n"] == 3 + res["set_info"]["scifact"]["mining_counts"]["negatives"] > 3  # BM25-mined
