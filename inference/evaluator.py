@@ -61,7 +61,8 @@ class Evaluator(PairScorer):
 
     @property
     def decision(self) -> Thresholds:
-        return self.manifest.thresholds
+        """The thresholds in force: corpus mode's while a reference corpus is set, else the manifest's."""
+        return self.manifest.corpus_norm.thresholds if self.corpus_mode else self.manifest.thresholds
 
     @property
     def theta_high(self) -> float:

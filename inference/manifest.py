@@ -14,6 +14,8 @@ manifest JSON named after its task (``evaluator.json``, ``answer_classifier.json
                  "sigmoid(a * (logit + lexical.weight * lexical) + b)"
     lexical      (optional) {file: lexical.json, sha256, weight, k1, b, documents, avgdl, tokenizer}:
                  the BM25 term added to the model's logit (inference.lexical)
+    corpus_norm  (optional, bi-encoder) {k, weight, lexical_weight, calibration, thresholds, fit}: how
+                 the export scores against a reference corpus (inference.corpus_norm)
     calibration  {method, a, b, ...how it was fitted}
     thresholds   the task's decision (inference.decisions): Thresholds | Threshold | SentenceSelection
     metrics      {dev: {...}, ...}
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from .calibration import Calibration
+from .corpus_norm import CorpusNorm
 from .modeling import DEFAULT_PASSAGE_FORMAT, DEFAULT_SIMILARITY_SCALE, ModelSpec
 from .tasks import TASKS, TaskSpec
 
@@ -87,6 +90,7 @@ class Manifest:
     package: dict[str, Any] = field(default_factory=dict)
     sentence_max_chars: int | None = None  # extractor: the splitter's cut for over-long sentences
     lexical: dict[str, Any] | None = None  # the lexical feature's section (inference.lexical)
+    corpus_norm: CorpusNorm | None = None  # scoring against a reference corpus (inference.corpus_norm)
     name: str | None = None
     created_at: str | None = None
     schema_version: int = SCHEMA_VERSION
@@ -120,6 +124,7 @@ class Manifest:
             "input": inp,
             "score": LEXICAL_SCORE_FORMULA if self.lexical else SCORE_FORMULA,
             **({"lexical": self.lexical} if self.lexical else {}),
+            **({"corpus_norm": self.corpus_norm.to_dict()} if self.corpus_norm else {}),
             "calibration": {**self.calibration_info, **self.calibration.to_dict()},
             "thresholds": self.thresholds.to_dict(),
             "metrics": self.metrics,
@@ -180,6 +185,7 @@ class Manifest:
             metrics=_get(d, "metrics", dict, where, "", {}), training=_get(d, "training", dict, where, "", {}),
             package=_get(d, "package", dict, where, "", {}), sentence_max_chars=max_chars,
             lexical=_lexical(d, where),
+            corpus_norm=_corpus_norm(d, where, spec_t, model.head),
             name=_get(d, "name", (str, type(None)), where, "", None),
             created_at=_get(d, "created_at", (str, type(None)), where, "", None), schema_version=version,
         )
@@ -205,6 +211,29 @@ def _lexical(d: dict, where) -> dict[str, Any] | None:
         _get(lex, "weight", (int, float), where, "lexical")
         _get(lex, "file", str, where, "lexical")
     return lex
+
+
+def _corpus_norm(d: dict, where, spec_t: TaskSpec, head: str) -> CorpusNorm | None:
+    cn = _get(d, "corpus_norm", (dict, type(None)), where, "", None)
+    if cn is None:
+        return None
+    if head != "bi-encoder":
+        raise ExportError(f"{where}: 'corpus_norm' needs the bi-encoder head (query vectors), not {head!r}")
+    cal = _section(cn, "calibration", f"{where}: corpus_norm")
+    try:
+        calibration = Calibration(method=_get(cal, "method", str, where, "corpus_norm.calibration"),
+                                  a=_get(cal, "a", (int, float), where, "corpus_norm.calibration"),
+                                  b=_get(cal, "b", (int, float), where, "corpus_norm.calibration"))
+        return CorpusNorm(k=_get(cn, "k", int, where, "corpus_norm"), weight=_get(cn, "weight", (int, float), where, "corpus_norm"),
+                          lexical_weight=_get(cn, "lexical_weight", (int, float), where, "corpus_norm", 0.0),
+                          calibration=calibration,
+                          thresholds=_typed(spec_t.decision, _section(cn, "thresholds", f"{where}: corpus_norm"),
+                                            f"{where}: corpus_norm.thresholds"),
+                          info=_get(cn, "fit", dict, where, "corpus_norm", {}))
+    except ValueError as e:
+        if isinstance(e, ExportError):
+            raise
+        raise ExportError(f"{where}: bad corpus_norm ({e})") from None
 
 
 # --------------------------------------------------------------------------------------------

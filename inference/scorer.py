@@ -18,6 +18,7 @@ import torch
 from data_prep.records import Passage
 
 from .calibration import Calibration, sigmoid
+from .corpus_norm import top_k_mean
 from .engine import ScoringEngine
 from .inputs import EncodeStats, passage_text
 from .lexical import LexicalError, LexicalFeature
@@ -33,6 +34,8 @@ class PairScorer:
     A passage is a string or a :class:`~data_prep.records.Passage` (shown to the model through the
     manifest's ``passage_format``, ``"{title}. {text}"`` by default, as in training). An export with
     a lexical feature (:mod:`inference.lexical`) adds ``weight * lexical`` to every model logit.
+    A bi-encoder export with a ``corpus_norm`` section scores against a reference corpus once one is
+    given (:meth:`use_corpus`; :mod:`inference.corpus_norm`), with that mode's calibration.
     """
 
     task = ""
@@ -40,8 +43,8 @@ class PairScorer:
     def __init__(self, engine: ScoringEngine, manifest: Manifest, path: str | None = None):
         self.engine = engine
         self.manifest = manifest
-        self.calibration: Calibration = manifest.calibration
         self.path = path
+        self.reference: np.ndarray | None = None  # corpus mode: the reference passages' unit vectors
         self.lexical: LexicalFeature | None = None
         if manifest.lexical:
             if path is None:
@@ -57,6 +60,50 @@ class PairScorer:
     @property
     def spec(self) -> ModelSpec:
         return self.engine.spec
+
+    @property
+    def calibration(self) -> Calibration:
+        """The calibration in force: corpus mode's while a reference corpus is set, else the manifest's."""
+        return self.manifest.corpus_norm.calibration if self.corpus_mode else self.manifest.calibration
+
+    @property
+    def corpus_mode(self) -> bool:
+        return self.reference is not None
+
+    # -- corpus mode ---------------------------------------------------------------------------
+    def use_corpus(self, passages: Iterable[str | Passage] | None = None, *, vectors: np.ndarray | None = None,
+                   progress: bool = False) -> None:
+        """Score against a reference corpus from now on: its ``passages`` (encoded here) or their unit
+        ``vectors`` computed by this model at this spec's length (a pipeline's dense index). ``None``
+        for both returns to plain scoring. Only for exports with a ``corpus_norm`` section."""
+        if passages is None and vectors is None:
+            self.reference = None
+            return
+        if self.manifest.corpus_norm is None:
+            raise ValueError("this export has no corpus_norm section: it scores pairs only (train it with "
+                             "corpus_norm: true to score against a corpus)")
+        if passages is not None and vectors is not None:
+            raise ValueError("use_corpus takes passages or vectors, not both")
+        if vectors is None:
+            texts = [self.passage_text(p, f"reference passage {i}") for i, p in enumerate(passages)]
+            vectors = self.engine.vectors(texts, "passage")[0] if texts else np.zeros((0, 0), dtype=np.float32)
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        dim = getattr(self.engine, "dim", None)
+        if vectors.ndim != 2 or len(vectors) == 0 or (dim and vectors.shape[1] != dim):
+            raise ValueError(f"the reference corpus needs [n >= 1, {dim}] passage vectors, got shape {vectors.shape}")
+        self.reference = vectors
+
+    def query_offsets(self, queries: Sequence[str]) -> np.ndarray:
+        """``r(q)`` per query (float64, input order): the mean of its ``k`` largest cosines to the
+        reference corpus (each distinct query encoded once; the engine caches its vector)."""
+        if self.reference is None or self.manifest.corpus_norm is None:
+            raise ValueError("no reference corpus: call use_corpus first")
+        uniq = list(dict.fromkeys(queries))
+        if not uniq:
+            return np.zeros(0)
+        r = top_k_mean(self.engine.vectors(uniq, "query")[0], self.reference, self.manifest.corpus_norm.k)
+        at = {q: i for i, q in enumerate(uniq)}
+        return r[[at[q] for q in queries]]
 
     @property
     def device(self) -> torch.device:
@@ -97,7 +144,7 @@ class PairScorer:
     # -- scores --------------------------------------------------------------------------------
     def logits(self, pairs: Iterable[Pair], progress: bool = False) -> np.ndarray:
         """The export's logit ``z`` per pair (float64, input order): the model's, plus the lexical
-        term when the export has one."""
+        term when the export has one (in corpus mode, :meth:`CorpusNorm.logits`)."""
         queries, passages = self.texts(pairs)
         return self.text_logits(queries, passages, progress)[0]
 
@@ -105,6 +152,9 @@ class PairScorer:
                     progress: bool = False) -> tuple[np.ndarray, EncodeStats]:
         """The export's logits of already checked texts, and the truncation counts."""
         z, stats = self.engine.logits(queries, passages, progress=progress)
+        if self.corpus_mode:
+            lex = self.lexical.scores(queries, passages) if self.lexical is not None else None
+            return self.manifest.corpus_norm.logits(z, lex, self.query_offsets(queries)), stats
         if self.lexical is not None:
             z = z + self.lexical.logits(queries, passages)
         return z, stats

@@ -41,6 +41,11 @@ with several candidates and a positive), "baselines": {"bm25": {"auc", "mrr", "p
 "minilm_cosine": {...}}, "decision", "beats_baselines"}`` (AUC above both baselines'); ``target_met`` is true
 when every scored set beats both.
 
+An export with a corpus mode (``corpus_norm`` in its manifest: :mod:`inference.corpus_norm`) is
+scored as a pipeline runs it, against a corpus: each set's distinct passages (``"mode": "corpus"``;
+in the decision view the withheld positives leave the corpus too), with that mode's thresholds;
+its pair-by-pair figures are under ``without_corpus``. ``--no-corpus`` scores pair by pair only.
+
 ``decision`` is CRAG's view, which a pooled pair AUC does not give: the set's queries are split in
 two by a seeded hash; one half keeps its candidates, the other has its positives withheld (retrieval
 missed them), and each query is scored by its best candidate, as CRAG acts on it. ``decision.auc``
@@ -351,7 +356,30 @@ def decision_figures(scores, split, theta_high: float | None = None, theta_low: 
     return out
 
 
-def bench_set(model, groups: list[Group], cosine: Cosine, seed: int = 13) -> dict:
+def corpus_scores(model, pairs, texts, labels, split) -> tuple[np.ndarray, np.ndarray]:
+    """Corpus-mode scores of ``pairs`` with the set's distinct passages as the reference corpus, and
+    those of the decision view, where the unanswerable queries' withheld positives are out of the
+    corpus too (retrieval cannot miss what the corpus holds)."""
+    model.use_corpus(list(dict.fromkeys(texts)))
+    try:
+        probs = np.asarray(model.score(pairs))
+        cands, answerable = split
+        rows = np.concatenate([c for c, a in zip(cands, answerable) if not a] or [np.zeros(0, dtype=int)])
+        withheld = set()
+        unanswerable = {pairs[c[0]][0] for c, a in zip(cands, answerable) if not a}
+        for i, (q, _) in enumerate(pairs):
+            if q in unanswerable and labels[i] >= 0.5:
+                withheld.add(texts[i])
+        decision = probs.copy()
+        if len(rows) and withheld:
+            model.use_corpus([t for t in dict.fromkeys(texts) if t not in withheld])
+            decision[rows] = model.score([pairs[i] for i in rows])
+        return probs, decision
+    finally:
+        model.use_corpus(None)
+
+
+def bench_set(model, groups: list[Group], cosine: Cosine, seed: int = 13, use_corpus: bool = True) -> dict:
     from inference.inputs import passage_text
     from inference.metrics import binary_at, roc_auc
 
@@ -359,9 +387,18 @@ def bench_set(model, groups: list[Group], cosine: Cosine, seed: int = 13) -> dic
     labels = [y for _, _, y in flat]
     qids = [g.qid for g, _, _ in flat]
     texts = [passage_text(p, model.passage_format) for _, p, _ in flat]
+    pairs = [(g.query, p) for g, p, _ in flat]
+    split = decision_split(qids, labels, seed)
     t0 = time.perf_counter()
-    probs = np.asarray(model.score([(g.query, p) for g, p, _ in flat]))
+    plain = np.asarray(model.score(pairs))
     secs = time.perf_counter() - t0
+    corpus_mode = use_corpus and model.manifest.corpus_norm is not None
+    if corpus_mode:  # the export as a pipeline runs it: against the set's distinct passages as its corpus
+        probs, decision_probs = corpus_scores(model, pairs, texts, labels, split)
+        thresholds = (model.manifest.corpus_norm.thresholds.theta_high, model.manifest.corpus_norm.thresholds.theta_low)
+    else:
+        probs = decision_probs = plain
+        thresholds = (model.theta_high, model.theta_low)
     bm25 = BM25Pairs(texts)  # idf from the set's own distinct passages
     bm = np.zeros(len(flat))
     at = 0
@@ -369,10 +406,10 @@ def bench_set(model, groups: list[Group], cosine: Cosine, seed: int = 13) -> dic
         bm[at : at + len(g.items)] = bm25.score(g.query, texts[at : at + len(g.items)])
         at += len(g.items)
     cos = cosine.score([(g.query, t) for (g, _, _), t in zip(flat, texts)])
-    b = binary_at(probs, labels, model.theta_high)
+    b = binary_at(probs, labels, thresholds[0])
     pos = int(sum(y >= 0.5 for y in labels))
     out = {
-        "n": len(flat), "positives": pos, "queries": len(groups),
+        "n": len(flat), "positives": pos, "queries": len(groups), "mode": "corpus" if corpus_mode else "pairs",
         "auc": roc_auc(probs, labels),
         "accuracy_at_theta_high": b["accuracy"], "precision_at_theta_high": b["precision"],
         "recall_at_theta_high": b["recall"], "accuracy_all_negative": (len(flat) - pos) / len(flat) if flat else None,
@@ -382,8 +419,11 @@ def bench_set(model, groups: list[Group], cosine: Cosine, seed: int = 13) -> dic
                                                            if k != "ranking_queries"}}
                       for name, s in (("bm25", bm), ("minilm_cosine", cos))},
     }
-    split = decision_split(qids, labels, seed)
-    out["decision"] = decision_figures(probs, split, model.theta_high, model.theta_low)
+    out["decision"] = decision_figures(decision_probs, split, *thresholds)
+    if corpus_mode:
+        bp = binary_at(plain, labels, model.manifest.thresholds.theta_high)
+        out["without_corpus"] = {"auc": roc_auc(plain, labels), "accuracy_at_theta_high": bp["accuracy"],
+                                 "decision": decision_figures(plain, split, model.theta_high, model.theta_low)}
     for name, sc in (("bm25", bm), ("minilm_cosine", cos)):
         out["baselines"][name]["decision_auc"] = decision_figures(sc, split).get("auc")
     # a diagnostic, not a baseline: are ours and the zero-shot cosine complementary? (AUC of the mean
@@ -408,13 +448,13 @@ def machine() -> dict:
 
 
 def table(result: dict) -> str:
-    head = f"{'set':<24}{'q':>5}{'pairs':>7}{'pos':>6} | {'AUC ours':>8}{'bm25':>7}{'minilm':>7} | {'acc@th':>6} | " \
+    head = f"{'set':<24}{'q':>5}{'pairs':>7}{'pos':>6} | {'mode':>6} {'AUC ours':>8}{'bm25':>7}{'minilm':>7} | {'acc@th':>6} | " \
            f"{'MRR ours':>8}{'bm25':>7}{'minilm':>7} | {'dec ours':>8}{'bm25':>7}{'minilm':>7} | beats"
     f = lambda v: f"{v:.3f}" if isinstance(v, float) else "-"
     lines = [head, "-" * len(head)]
     for name, r in result["sets"].items():
         b = r["baselines"]
-        lines.append(f"{name:<24}{r['queries']:>5}{r['n']:>7}{r['positives']:>6} | {f(r['auc']):>8}{f(b['bm25']['auc']):>7}"
+        lines.append(f"{name:<24}{r['queries']:>5}{r['n']:>7}{r['positives']:>6} | {r['mode']:>6} {f(r['auc']):>8}{f(b['bm25']['auc']):>7}"
                      f"{f(b['minilm_cosine']['auc']):>7} | {f(r['accuracy_at_theta_high']):>6} | {f(r.get('mrr')):>8}"
                      f"{f(b['bm25'].get('mrr')):>7}{f(b['minilm_cosine'].get('mrr')):>7} | "
                      f"{f(r.get('decision', {}).get('auc')):>8}{f(b['bm25'].get('decision_auc')):>7}"
@@ -441,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--record", action="store_true",
                     help="also write the figures into the export: metrics.held_out of its manifest and its model card")
     ap.add_argument("--crag-popqa", default=None, help="CRAG's PopQA evaluator file (default: searched for)")
+    ap.add_argument("--no-corpus", action="store_true", help="score an export with a corpus mode pair by pair only "
+                    "(by default it scores against each set's distinct passages, and pair by pair as 'without_corpus')")
     args = ap.parse_args(argv)
     names = [s.strip() for s in args.sets.split(",") if s.strip()]
     unknown = [s for s in names if s not in SETS]
@@ -463,7 +505,10 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
         "machine": machine(),
         "export": {"path": args.model, "name": model.manifest.name, "theta_high": model.theta_high,
-                   "theta_low": model.theta_low, "trained_on": inputs, "training_queries": len(seen_q)},
+                   "theta_low": model.theta_low,
+                   "corpus_mode": None if model.manifest.corpus_norm is None else {
+                       "k": model.manifest.corpus_norm.k, "theta_high": model.manifest.corpus_norm.thresholds.theta_high,
+                       "theta_low": model.manifest.corpus_norm.thresholds.theta_low, "used": not args.no_corpus}, "trained_on": inputs, "training_queries": len(seen_q)},
         "options": {"limit": args.limit, "negatives": args.negatives, "seed": args.seed,
                     "cosine_model": args.cosine_model or "packaged MiniLM (zero-shot)"},
         "sets": {}, "excluded": {}, "set_info": {},
@@ -516,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
         if cosine is None:
             cosine = Cosine(args.cosine_model)
         logger.info("%s: %d queries, %d pairs", name, len(groups), sum(len(g.items) for g in groups))
-        r = bench_set(model, groups, cosine, args.seed)
+        r = bench_set(model, groups, cosine, args.seed, use_corpus=not args.no_corpus)
         r["seconds"] = round(time.perf_counter() - t0, 1)
         result["sets"][name], result["set_info"][name] = r, info
         logger.info("  AUC %s; BM25 %s; MiniLM cosine %s", r["auc"], r["baselines"]["bm25"]["auc"],
@@ -548,6 +593,7 @@ def record(export_dir: str, result: dict) -> None:
     sets = {name: {"n": r["n"], "queries": r["queries"], "auc": r["auc"], "bm25_auc": r["baselines"]["bm25"]["auc"],
                    "minilm_cosine_auc": r["baselines"]["minilm_cosine"]["auc"], "mrr": r["mrr"],
                    "accuracy_at_theta_high": r["accuracy_at_theta_high"],
+                   **({"auc_without_corpus": r["without_corpus"]["auc"]} if r.get("without_corpus") else {}),
                    **({"decision_auc": r["decision"]["auc"],
                        "bm25_decision_auc": r["baselines"]["bm25"]["decision_auc"],
                        "minilm_cosine_decision_auc": r["baselines"]["minilm_cosine"]["decision_auc"]}

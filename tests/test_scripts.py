@@ -138,6 +138,36 @@ def test_bench_quality_decision_view(monkeypatch):
     assert bench.decision_figures(np.asarray(scores), (cands[:3], np.ones(3, dtype=bool))) == {}  # one kind only
 
 
+def test_bench_quality_corpus_scores_withhold_the_missed_positives(monkeypatch):
+    """In corpus mode the decision view's unanswerable queries are scored without their positives in the corpus."""
+    bench = _bench_quality_module(monkeypatch)
+
+    class Model:  # scores each pair by the size of the corpus in force
+        reference = None
+        calls: list = []
+
+        def use_corpus(self, passages):
+            self.reference = None if passages is None else list(passages)
+            self.calls.append(self.reference)
+
+        def score(self, pairs):
+            return [len(self.reference) / 100 for _ in pairs]
+
+    qids = [f"q{i}" for i in range(20) for _ in range(3)]
+    labels = [1.0, 0.0, 0.0] * 20
+    pairs = [(q, f"{q}-p{j}") for i, q in enumerate(dict.fromkeys(qids)) for j in range(3)]
+    texts = [p for _, p in pairs]
+    split = bench.decision_split(qids, labels, seed=13)
+    model = Model()
+    probs, decision = bench.corpus_scores(model, pairs, texts, labels, split)
+    unanswerable = {pairs[c[0]][0] for c, a in zip(*split) if not a}
+    assert model.reference is None and model.calls[0] == texts  # back to pair scoring at the end
+    assert sorted(set(model.calls[0]) - set(model.calls[1])) == sorted(f"{q}-p0" for q in unanswerable)
+    assert (probs == 0.6).all()
+    for (q, _), y, d in zip(pairs, labels, decision):  # a withheld positive is not scored in the decision view
+        assert d == pytest.approx((60 - len(unanswerable)) / 100 if q in unanswerable and y == 0 else 0.6)
+
+
 def test_bench_quality(tmp_path, tiny_bert, capsys, monkeypatch):
     import shutil
 
@@ -186,6 +216,7 @@ def test_bench_quality(tmp_path, tiny_bert, capsys, monkeypatch):
         d = s["decision"]  # {} when the hash split left only one kind among so few queries
         assert not d or (d["queries"] <= s["queries"] and 0 < d["answerable"] < d["queries"] and 0 <= d["auc"] <= 1), name
         assert (s["baselines"]["bm25"]["decision_auc"] is None) == (not d), name
+        assert s["mode"] == "pairs" and "without_corpus" not in s, name  # a cross-encoder export has no corpus mode
     assert res["sets"]["msmarco-triples"]["n"] == 6 and res["sets"]["flagembedding-msmarco"]["n"] == 15  # 3 x (1 + 1), 3 x (1 + 4)
     assert res["sets"]["squad"]["n"] == 12  # 3 x (1 + 3 negatives)
     assert res["sets"]["scifact"]["n"] == 3 + res["set_info"]["scifact"]["mining_counts"]["negatives"] > 3  # BM25-mined

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from inference.calibration import sigmoid
+from inference.corpus_norm import CorpusNorm, combine, top_k_mean
 from inference.inputs import PairEncoder, passage_text
 from inference.lexical import LexicalFeature
 from inference.manifest import Manifest, ModelInfo, file_sha256
@@ -32,7 +33,7 @@ from inference.modeling import ModelSpec, infer_head, label_token_ids, load_back
 from inference.plots import write_plots
 
 from . import fitting
-from .config import ExtractorConfig, TrainConfig
+from .config import ConfigError, ExtractorConfig, TrainConfig
 from .data import (MIX_TAG, Collator, DataProblem, EncodedGroups, EncodedPairs, Mix, check_labels, load_groups,
                    load_mix, load_pairs, resolve_data_files, sample_pairs)
 from .export import git_commit, package_version, save_model_weights, write_export
@@ -77,13 +78,16 @@ def build_spec(cfg: TrainConfig, model_path: str) -> ModelSpec:
                      passage_format=cfg.passage_format, similarity_scale=cfg.similarity_scale)
 
 
-def serving_logits(model, tokenizer, spec: ModelSpec, label_ids, pairs, device) -> np.ndarray:
-    """The logits of ``pairs`` through the serving engine (:func:`inference.engine.new_engine`),
-    without changing ``model`` (no layer is swapped: the unpadded BERT path is a wrapper)."""
+def serving_engine(model, tokenizer, spec: ModelSpec, label_ids, device):
+    """The serving engine (:func:`inference.engine.new_engine`) over ``model``, without changing it
+    (no layer is swapped: the unpadded BERT path is a wrapper)."""
     from inference.engine import new_engine
 
-    engine = new_engine(model, tokenizer, spec, device, label_ids, first_token_layer=False,
-                        unpadded=device.type == "cpu")
+    return new_engine(model, tokenizer, spec, device, label_ids, first_token_layer=False, unpadded=device.type == "cpu")
+
+
+def serving_logits(engine, spec: ModelSpec, pairs) -> np.ndarray:
+    """The logits of ``pairs`` as the export will score them."""
     return engine.logits([p.query for p in pairs], [passage_text(p.passage, spec.passage_format) for p in pairs],
                          progress=True, desc="calibration")[0]
 
@@ -163,17 +167,53 @@ def fit_lexical(train_examples, calib_pairs, logits: np.ndarray, labels: np.ndar
     feature = LexicalFeature.from_corpus([passage_text(p, passage_format) for p in example_passages(train_examples)]
                                          + dev_texts)
     lex = feature.scores([p.query for p in calib_pairs], dev_texts)
-    sample_weight = None
-    if mix is not None:
-        share = {s.name: s.weight / mix.total_weight for s in mix.sources}
-        count = Counter(p.metadata[MIX_TAG] for p in calib_pairs)
-        sample_weight = [share[p.metadata[MIX_TAG]] / count[p.metadata[MIX_TAG]] for p in calib_pairs]
-    feature.weight, info = fitting.fit_lexical_weight(logits, lex, labels, sample_weight)
+    feature.weight, info = fitting.fit_lexical_weight(logits, lex, labels, mix_sample_weight(calib_pairs, mix))
     info.update(corpus_passages=feature.documents, terms=len(feature.df),
                 pairs_weighted_by="the source's share of the mix" if mix is not None else "equally")
     logger.info("lexical feature: %d distinct passages, %d terms, weight %.4f", feature.documents, len(feature.df),
                 feature.weight)
     return feature, lex, info
+
+
+def mix_sample_weight(calib_pairs, mix: Mix | None) -> list[float] | None:
+    """Per dev pair, its source's share of the mix over the source's dev pairs (None without a mix)."""
+    if mix is None:
+        return None
+    share = {s.name: s.weight / mix.total_weight for s in mix.sources}
+    count = Counter(p.metadata[MIX_TAG] for p in calib_pairs)
+    return [share[p.metadata[MIX_TAG]] / count[p.metadata[MIX_TAG]] for p in calib_pairs]
+
+
+def fit_corpus_norm(cfg: TrainConfig, engine, reference_texts: list[str], calib_pairs, calib_ds, logits: np.ndarray,
+                    lex: np.ndarray | None, labels: np.ndarray, mix: Mix | None) -> tuple[CorpusNorm, dict]:
+    """Corpus mode (:mod:`inference.corpus_norm`): ``r(q)`` of each dev query against
+    ``reference_texts`` (the training and dev passages: the corpus the dev queries were mined from),
+    the weights of ``r(q)`` and of the lexical term fitted together on the model's dev ``logits``,
+    then that mode's calibration and decision. Returns the section and its dev metrics."""
+    queries = [p.query for p in calib_pairs]
+    uniq = list(dict.fromkeys(queries))
+    reference = engine.vectors(reference_texts, "passage")[0]
+    r_uniq = top_k_mean(engine.vectors(uniq, "query")[0], reference, cfg.corpus_norm_k)
+    at = {q: i for i, q in enumerate(uniq)}
+    r = r_uniq[[at[q] for q in queries]]
+    features = {"offset": (r, -1)}
+    if lex is not None:
+        features["lexical"] = (lex, 1)
+    weights, fit = fitting.fit_feature_weights(logits, features, labels, mix_sample_weight(calib_pairs, mix))
+    weight, lexical_weight = -weights["offset"], weights.get("lexical", 0.0)
+    z = combine(logits, lex, r, weight, lexical_weight)
+    calibration = fitting.fit_calibration(z, labels, cfg.calibration)
+    probs = calibration.apply(z)
+    decision = TRAINING_TASKS[cfg.TASK].fit_decision(cfg, probs, labels)
+    info = {**fit, "reference_passages": len(reference_texts), "dev_queries": len(uniq),
+            "pairs_weighted_by": "the source's share of the mix" if mix is not None else "equally",
+            **fitting.calibration_report(z, labels, calibration)}
+    logger.info("corpus mode: r(q) over %d reference passages (k %d): weight %.4f, lexical weight %.4f; dev log loss "
+                "%.4f -> %.4f", len(reference_texts), cfg.corpus_norm_k, weight, lexical_weight,
+                fit["dev_log_loss_without"], fit["dev_log_loss_with"])
+    cn = CorpusNorm(k=cfg.corpus_norm_k, weight=weight, lexical_weight=lexical_weight, calibration=calibration,
+                    thresholds=decision, info=info)
+    return cn, dev_metrics(cfg, decision, probs, labels, calib_ds)
 
 
 def train_model(cfg: TrainConfig) -> TrainResult:
@@ -279,15 +319,24 @@ def train_model(cfg: TrainConfig) -> TrainResult:
         return result
     # the dev logits as the export will score them: through the serving engine (exact up to float
     # rounding, and on the CPU about twice as fast as Trainer.predict's padded batches)
-    logits = serving_logits(trainer.model, tokenizer, spec, label_ids, calib_pairs, trainer.args.device)
+    engine = serving_engine(trainer.model, tokenizer, spec, label_ids, trainer.args.device)
+    logits = serving_logits(engine, spec, calib_pairs)
     labels = np.asarray(calib_ds.labels, dtype=np.float64)
     if not np.isfinite(logits).all():
         raise FloatingPointError("non-finite dev scores after training (diverged); lower the learning rate or use bf16/fp32")
-    lexical = None
+    lexical = lex = corpus_norm = None
+    corpus = [e for src in mix.sources for e in src.examples] if mix else (groups if cfg.loss == "group-ce" else pairs)
+    model_logits = logits
     if cfg.lexical_feature:
-        corpus = [e for src in mix.sources for e in src.examples] if mix else (groups if cfg.loss == "group-ce" else pairs)
         lexical, lex, lex_info = fit_lexical(corpus, calib_pairs, logits, labels, spec.passage_format, mix)
         logits = logits + lexical.weight * lex
+    if cfg.corpus_norm:
+        if spec.head != "bi-encoder":
+            raise ConfigError(f"config 'corpus_norm': needs the bi-encoder head (query vectors), not {spec.head!r}")
+        reference = list(dict.fromkeys([passage_text(p, spec.passage_format) for p in example_passages(corpus)]
+                                       + [passage_text(p.passage, spec.passage_format) for p in calib_pairs]))
+        corpus_norm, cn_metrics = fit_corpus_norm(cfg, engine, reference, calib_pairs, calib_ds, model_logits, lex, labels,
+                                                  mix)
     calib = fitting.fit_calibration(logits, labels, cfg.calibration)
     probs = calib.apply(logits)
     decision = TRAINING_TASKS[cfg.TASK].fit_decision(cfg, probs, labels)
@@ -298,6 +347,8 @@ def train_model(cfg: TrainConfig) -> TrainResult:
     if lexical is not None:
         calib_info["lexical_fit"] = lex_info
     all_metrics = {"dev": metrics, "dev_raw_at_0.5": raw_metrics}
+    if corpus_norm is not None:
+        all_metrics["dev_corpus_mode"] = cn_metrics
     if mix is None:
         data_info = {"train_file": train_file, "train_sha256": file_sha256(train_file), "train_examples": n_train,
                      "dev_file": dev_file, "dev_sha256": file_sha256(dev_file), "dev_pairs": len(labels),
@@ -318,6 +369,7 @@ def train_model(cfg: TrainConfig) -> TrainResult:
         metrics=all_metrics,
         package={"name": "crag-evaluators", "version": package_version(), "git_commit": git_commit()},
         sentence_max_chars=cfg.sentence_max_chars if isinstance(cfg, ExtractorConfig) else None,
+        corpus_norm=corpus_norm,
         training={
             "config": cfg.to_dict(),
             "global_step": train_out.global_step,

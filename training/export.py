@@ -83,6 +83,18 @@ def model_card(m: Manifest) -> str:
                  "|---" * (len(keys) + 1) + "|"]
         lines += [f"| {name} | " + " | ".join(_fmt(v.get(k)) for k in keys) + " |" for name, v in by_source.items()]
         extra += "\n".join(lines) + "\n"
+    if m.corpus_norm is not None:
+        cn, cdev = m.corpus_norm, m.metrics.get("dev_corpus_mode") or {}
+        cn_decision, _ = decision_text(cn.thresholds)
+        extra += "\n".join([
+            "", "## Corpus mode", "",
+            "Given a reference corpus (`evaluator.use_corpus(passages)`, or `use_corpus(vectors=...)` with its passage vectors), the export scores "
+            f"logit = model logit + {_fmt(cn.lexical_weight)} x lexical - {_fmt(cn.weight)} x r(q), where r(q) is the mean "
+            f"of the query's {cn.k} largest cosines to the corpus, with its own calibration ({cn.calibration.method}, "
+            f"a {_fmt(cn.calibration.a)}, b {_fmt(cn.calibration.b)}) and decision: {cn_decision}. Fitted on the dev pairs with the "
+            f"{cn.info.get('reference_passages')} training and dev passages as the corpus.", "",
+            "| metric (dev, corpus mode) | value |", "|---|---|",
+            *(f"| {k} | {_fmt(cdev[k])} |" for k in CARD_METRICS if cdev.get(k) is not None)]) + "\n"
     held_out = m.metrics.get("held_out") or {}
     if held_out:
         sets = held_out.get("sets") or {}

@@ -59,35 +59,51 @@ def fit_calibration(logits: Sequence[float], labels: Sequence[float], method: st
     raise ValueError(f"unknown calibration method {method!r} (use platt, temperature or none)")
 
 
-def fit_lexical_weight(logits: Sequence[float], lexical: Sequence[float], labels: Sequence[float],
-                       sample_weight: Sequence[float] | None = None) -> tuple[float, dict]:
-    """The weight ``w`` of the lexical term in ``logit + w * lexical``: the ratio ``c / a`` of the
-    logistic regression ``sigmoid(a * logit + c * lexical + b)`` fitted by log loss on dev, with
-    ``a > 0`` and ``c >= 0`` (a lexical match never counts against a passage). Returns ``(w, info)``;
-    ``info`` has the fitted coefficients and the dev log loss without and with the term.
-    ``sample_weight`` weighs the pairs (a train_mix: each source by its share of the mix)."""
+def fit_feature_weights(logits: Sequence[float], features: dict[str, tuple[Sequence[float], int]],
+                        labels: Sequence[float], sample_weight: Sequence[float] | None = None) -> tuple[dict[str, float], dict]:
+    """Weights ``w_f`` of extra terms in ``logit + sum_f w_f * x_f``: the ratios ``c_f / a`` of the
+    logistic regression ``sigmoid(a * logit + sum_f c_f * x_f + b)`` fitted by log loss on dev, with
+    ``a > 0`` and each ``c_f`` of the sign given with the feature (``+1``: ``c_f >= 0``; ``-1``:
+    ``c_f <= 0``). ``features`` maps a name to ``(values, sign)``. Returns ``({name: w_f}, info)``;
+    ``info`` has the coefficients and the dev log loss without and with the terms. ``sample_weight``
+    weighs the pairs (a train_mix: each source by its share of the mix)."""
     from scipy.optimize import minimize
 
     z = np.asarray(logits, dtype=np.float64)
-    x = np.asarray(lexical, dtype=np.float64)
+    names = list(features)
+    x = np.stack([np.asarray(features[n][0], dtype=np.float64) for n in names]) if names else np.zeros((0, len(z)))
     y = np.asarray(labels, dtype=np.float64)
     if len(np.unique((y >= 0.5).astype(int))) < 2:
-        raise ValueError("the lexical weight needs both positive and negative dev pairs")
+        raise ValueError("fitting feature weights needs both positive and negative dev pairs")
     sw = np.ones_like(y) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
     sw = sw / sw.sum()
 
     def nll(p):
-        t = p[0] * z + p[1] * x + p[2]
+        t = p[0] * z + p[1 : 1 + len(names)] @ x + p[-1]
         return float(np.sum(sw * (np.logaddexp(0.0, t) - y * t)))
 
-    base = minimize(lambda p: nll([p[0], 0.0, p[1]]), x0=[1.0, 0.0], method="L-BFGS-B")
-    res = minimize(nll, x0=[float(base.x[0]) if base.x[0] > 0 else 1.0, 0.0, float(base.x[1])], method="L-BFGS-B",
-                   bounds=[(1e-6, None), (0.0, None), (None, None)])
-    a, c, b = (float(v) for v in res.x)
-    w = c / a
-    info = {"a": a, "c": c, "b": b, "dev_log_loss_without": float(base.fun), "dev_log_loss_with": float(res.fun)}
-    logger.info("lexical weight %.4f (logistic a %.4f, c %.4f); dev log loss %.4f -> %.4f", w, a, c, base.fun, res.fun)
-    return w, info
+    base = minimize(lambda p: nll(np.r_[p[0], np.zeros(len(names)), p[1]]), x0=[1.0, 0.0], method="L-BFGS-B")
+    bounds = [(1e-6, None)] + [(0.0, None) if features[n][1] > 0 else (None, 0.0) for n in names] + [(None, None)]
+    res = minimize(nll, x0=np.r_[base.x[0] if base.x[0] > 0 else 1.0, np.zeros(len(names)), base.x[1]],
+                   method="L-BFGS-B", bounds=bounds)
+    a, b = float(res.x[0]), float(res.x[-1])
+    coef = {n: float(c) for n, c in zip(names, res.x[1:-1])}
+    info = {"a": a, **{f"c_{n}": c for n, c in coef.items()}, "b": b,
+            "dev_log_loss_without": float(base.fun), "dev_log_loss_with": float(res.fun)}
+    return {n: c / a for n, c in coef.items()}, info
+
+
+def fit_lexical_weight(logits: Sequence[float], lexical: Sequence[float], labels: Sequence[float],
+                       sample_weight: Sequence[float] | None = None) -> tuple[float, dict]:
+    """The weight ``w`` of the lexical term in ``logit + w * lexical`` (:func:`fit_feature_weights`
+    with ``c >= 0``: a lexical match never counts against a passage). Returns ``(w, info)``; ``info``
+    has the fitted ``a``, ``c``, ``b`` and the dev log loss without and with the term."""
+    weights, fit = fit_feature_weights(logits, {"lexical": (lexical, 1)}, labels, sample_weight)
+    info = {"a": fit["a"], "c": fit["c_lexical"], "b": fit["b"], "dev_log_loss_without": fit["dev_log_loss_without"],
+            "dev_log_loss_with": fit["dev_log_loss_with"]}
+    logger.info("lexical weight %.4f (logistic a %.4f, c %.4f); dev log loss %.4f -> %.4f", weights["lexical"],
+                info["a"], info["c"], info["dev_log_loss_without"], info["dev_log_loss_with"])
+    return weights["lexical"], info
 
 
 def _high_threshold(s: np.ndarray, y: np.ndarray, target: float, min_support: int) -> float | None:

@@ -1,0 +1,137 @@
+"""Corpus mode of a bi-encoder export (inference.corpus_norm): r(q) against a reference corpus, its
+weights fitted on dev with their signs, its own calibration and thresholds, and plain scoring untouched."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import inference
+from data_prep.io import read_records
+from data_prep.records import LabelledPair
+from inference.corpus_norm import top_k_mean
+from inference.inputs import passage_text
+from inference.manifest import ExportError, Manifest
+from training.config import ConfigError
+from training.core import train_model
+from training.fitting import fit_feature_weights
+from test_biencoder import _config, data  # noqa: F401  (data: the module's fixture, shared)
+
+
+def test_top_k_mean_is_the_mean_of_the_k_largest_inner_products():
+    rng = np.random.default_rng(0)
+    q, r = rng.normal(size=(300, 8)).astype(np.float32), rng.normal(size=(50, 8)).astype(np.float32)
+    s = q.astype(np.float64) @ r.T.astype(np.float64)
+    for k in (1, 10, 50, 80):  # k above the corpus size: every passage
+        want = np.sort(s, axis=1)[:, ::-1][:, : min(k, 50)].mean(axis=1)
+        np.testing.assert_allclose(top_k_mean(q, r, k), want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="empty"):
+        top_k_mean(q, r[:0], 10)
+    with pytest.raises(ValueError, match="do not match"):
+        top_k_mean(q, r[:, :4], 10)
+    with pytest.raises(ValueError, match="k must be positive"):
+        top_k_mean(q, r, 0)
+
+
+def test_feature_weights_keep_their_signs():
+    rng = np.random.default_rng(1)
+    n = 3000
+    y = (rng.random(n) < 0.3).astype(float)
+    z = rng.normal(0, 1, n) + 1.5 * y
+    offset = rng.normal(0.5, 0.1, n)  # a query's level: it raises z for positives and negatives alike
+    z = z + 4.0 * offset
+    lex = np.clip(rng.normal(0.3, 0.15, n) + 0.3 * y, 0, 1)
+    w, info = fit_feature_weights(z, {"offset": (offset, -1), "lexical": (lex, 1)}, y)
+    assert w["offset"] < -2.0 and w["lexical"] > 0 and info["dev_log_loss_with"] < info["dev_log_loss_without"]
+    w, _ = fit_feature_weights(z, {"offset": (offset, 1)}, y)  # the same feature, with the sign it may not take
+    assert w["offset"] == 0.0
+    with pytest.raises(ValueError, match="both positive and negative"):
+        fit_feature_weights(z, {"lexical": (lex, 1)}, np.zeros(n))
+
+
+@pytest.fixture(scope="module")
+def cn_export(tiny_bert, data, tmp_path_factory):
+    d = tmp_path_factory.mktemp("cn")
+    return train_model(_config(tiny_bert, data, d, max_steps=0, lexical_feature=True, corpus_norm=True,
+                               corpus_norm_k=5)).export_dir
+
+
+def _plain_vectors(folder, texts, limit):
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(folder))
+    model = AutoModel.from_pretrained(str(folder)).eval()
+    out = []
+    with torch.no_grad():
+        for t in texts:
+            h = model(**tok(t, truncation=True, max_length=limit, return_tensors="pt")).last_hidden_state[0]
+            out.append(torch.nn.functional.normalize(h.mean(0), dim=-1).numpy())
+    return np.stack(out)
+
+
+def test_corpus_mode_scores_against_the_reference(cn_export, data):
+    ev = inference.load(cn_export)
+    man = json.loads((cn_export / "evaluator.json").read_text())
+    cn = man["corpus_norm"]
+    assert cn["k"] == 5 and cn["weight"] >= 0 and cn["lexical_weight"] >= 0 and "r(q)" in cn["formula"]
+    assert cn["fit"]["reference_passages"] > 0 and "dev_corpus_mode" in man["metrics"]
+    assert "## Corpus mode" in (cn_export / "README.md").read_text()
+    pairs = list(read_records(data["dev_pairs"], LabelledPair))[:24]
+    qp = [(p.query, p.passage) for p in pairs]
+    plain = ev.logits(qp)
+    assert not ev.corpus_mode and ev.calibration == ev.manifest.calibration and ev.decision == ev.manifest.thresholds
+    corpus = list(dict.fromkeys(passage_text(p.passage) for p in read_records(data["dev_pairs"], LabelledPair)))
+    ev.use_corpus(corpus)
+    assert ev.corpus_mode and ev.calibration == ev.manifest.corpus_norm.calibration
+    assert ev.theta_high == cn["thresholds"]["theta_high"]
+    # by hand: the plain cosine logit, the lexical term at corpus mode's weight, r(q) over the corpus
+    queries, texts = [q for q, _ in qp], [passage_text(p) for _, p in qp]
+    qv, rv = _plain_vectors(cn_export, queries, 24 + 2), _plain_vectors(cn_export, corpus, 96)
+    r = np.sort(qv @ rv.T, axis=1)[:, ::-1][:, :5].mean(axis=1)
+    z_model = plain - ev.lexical.logits(queries, texts)
+    want = z_model + cn["lexical_weight"] * ev.lexical.scores(queries, texts) - cn["weight"] * r
+    np.testing.assert_allclose(ev.logits(qp), want, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(ev.score(qp), ev.manifest.corpus_norm.calibration.apply(ev.logits(qp)), atol=1e-9)
+    g = ev.grade(pairs[0].query, [p.passage for p in pairs[:4]])
+    assert g.theta_high == cn["thresholds"]["theta_high"] and g.theta_low == cn["thresholds"]["theta_low"]
+    # vectors handed over (a pipeline's index) give the same scores; None returns to plain scoring
+    ev.use_corpus(vectors=rv)
+    np.testing.assert_allclose(ev.logits(qp), want, rtol=1e-4, atol=1e-3)
+    ev.use_corpus(None)
+    np.testing.assert_allclose(ev.logits(qp), plain, atol=1e-9)
+    with pytest.raises(ValueError, match="passage vectors"):
+        ev.use_corpus(vectors=rv[:, :3])
+    with pytest.raises(ValueError, match="empty passage"):
+        ev.use_corpus(["a passage", "  "])
+    with pytest.raises(ValueError, match="not both"):
+        ev.use_corpus(corpus, vectors=rv)
+
+
+def test_corpus_mode_needs_the_section_and_the_bi_encoder(cn_export, tiny_bert, data, tmp_path):
+    man = json.loads((cn_export / "evaluator.json").read_text())
+    plain = dict(man)
+    plain.pop("corpus_norm")
+    p = tmp_path / "evaluator.json"
+    p.write_text(json.dumps(plain))
+    assert Manifest.read(p).corpus_norm is None
+    for change, msg in ((lambda d: d["corpus_norm"].update(weight=-1.0), "weight must be a finite number >= 0"),
+                        (lambda d: d["corpus_norm"].update(k=0), "k must be a positive integer"),
+                        (lambda d: d["corpus_norm"].pop("thresholds"), "missing 'thresholds'"),
+                        (lambda d: d["model"].update(head="cross-encoder"), "needs the bi-encoder head")):
+        bad = json.loads(json.dumps(man))
+        change(bad)
+        p.write_text(json.dumps(bad))
+        with pytest.raises(ExportError, match=msg):
+            Manifest.read(p)
+    with pytest.raises(ConfigError, match="corpus_norm"):
+        _config(tiny_bert, data, tmp_path, head="cross-encoder", corpus_norm=True)
+    with pytest.raises(ConfigError, match="corpus_norm_k"):
+        _config(tiny_bert, data, tmp_path, corpus_norm_k=0)
+    # an export without the section scores pairs only
+    res = train_model(_config(tiny_bert, data, tmp_path / "plain", max_steps=0))
+    ev = inference.load(res.export_dir)
+    with pytest.raises(ValueError, match="no corpus_norm section"):
+        ev.use_corpus(["a passage"])
