@@ -11,7 +11,8 @@ pipeline searches: its dense index), an export that has this section scores::
 the query-side term of CSLS (cross-domain similarity local scaling, Conneau et al., "Word
 translation without parallel data", ICLR 2018), which takes the hubness out of nearest-neighbour
 similarities. ``weight`` and ``lexical_weight`` are fitted on dev with ``r(q)`` taken against the
-training and dev passages, and the corpus mode has its own calibration and thresholds, since its
+training and dev passages (half the dev queries with their positives withheld from both, so that
+the fit sees retrieval misses: :func:`training.core.fit_corpus_norm`), and the corpus mode has its own calibration and thresholds, since its
 logit is another number than the plain one. Without a reference the export scores as before (the
 manifest's ``calibration`` and ``thresholds``): corpus mode is opt-in per scorer
 (:meth:`inference.scorer.PairScorer.use_corpus`).

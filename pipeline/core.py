@@ -202,6 +202,30 @@ class CragPipeline:
             self._vectors = IndexVectors(self.index, self.evaluator)
         return self._vectors
 
+    @property
+    def corpus_grading(self) -> str | None:
+        """Why the index's chunks are not graded in the evaluator's corpus mode (None: they are, with
+        the index's vectors as the corpus: each question's scores read against its nearest chunks)."""
+        if not self.config.grading.corpus_mode:
+            return "grading.corpus_mode is off (the default)"
+        if getattr(getattr(self.evaluator, "manifest", None), "corpus_norm", None) is None:
+            return "the evaluator has no corpus mode"
+        if not self.index_vectors.active:
+            return f"the index's vectors are not the evaluator's ({self.index_vectors.why_not})"
+        return None
+
+    @contextmanager
+    def _against_index(self):
+        """The evaluator in corpus mode over the index's vectors while grading the index's chunks."""
+        if self.corpus_grading is not None:
+            yield
+            return
+        self.evaluator.use_corpus(vectors=self.index.dense)
+        try:
+            yield
+        finally:
+            self.evaluator.use_corpus(None)
+
     @classmethod
     def from_paths(cls, index_dir: str, evaluator: str, extractor: str | None = None,
                    answer_classifier: str | None = None, device: str | None = None, **kw: Any) -> "CragPipeline":
@@ -236,7 +260,8 @@ class CragPipeline:
             hits = self.recall.recall(q)
         with clock.stage("grade"):
             self.index_vectors.hand_over(q, hits[: cfg.grading.grade_k])
-            grading = grade_hits(q, hits, self.evaluator, cfg.grading, self.answer_classifier)
+            with self._against_index():
+                grading = grade_hits(q, hits, self.evaluator, cfg.grading, self.answer_classifier)
         queries = [q]
         seen = [h.chunk.id for h in hits[: cfg.grading.grade_k]]
         for _ in range(1, cfg.max_rounds):
@@ -258,7 +283,8 @@ class CragPipeline:
                 fresh = [h for h in new_hits if h.chunk.id not in known]
                 seen.extend(h.chunk.id for h in fresh[: cfg.grading.grade_k])
                 self.index_vectors.hand_over(q, fresh[: cfg.grading.grade_k])
-                more = grade_hits(q, fresh, self.evaluator, cfg.grading, self.answer_classifier)
+                with self._against_index():
+                    more = grade_hits(q, fresh, self.evaluator, cfg.grading, self.answer_classifier)
                 grading = _combine(grading, more)
         graded = list(grading.chunks)
         action = grading.action

@@ -65,6 +65,11 @@ class GradingConfig:
     answer_threshold: float | None = None
     friendliness_weight: float = 0.0
     friendliness: Friendliness = field(default_factory=Friendliness)
+    # grade the index's chunks in the evaluator's corpus mode (inference.corpus_norm), the index as the
+    # corpus, when the evaluator has one and the index holds its own vectors (IndexVectors). Off by
+    # default: on the bundled NQ-open index it answers less and abstains more than pair by pair
+    # (docs/benchmarks.md, "The CRAG pipeline")
+    corpus_mode: bool = False
 
     def __post_init__(self) -> None:
         if self.grade_k < 1:

@@ -118,6 +118,9 @@ def main() -> int:
                          "evaluator refines without a model pass (with --extractor none)")
     ap.add_argument("--no-refine-correct", action="store_true",
                     help="use Correct chunks whole; refine only Ambiguous ones (the issue's 'optionally Correct')")
+    ap.add_argument("--corpus-mode", action="store_true",
+                    help="grade in the evaluator's corpus mode, the index as the corpus (when it has one and the index "
+                         "holds its vectors; GradingConfig.corpus_mode)")
     ap.add_argument("--work", default="outputs/bench/pipeline-index", help="index folders (reused when present)")
     ap.add_argument("--dense-model", default="auto",
                     help="auto (the evaluator if it is a bi-encoder export, else the packaged MiniLM), minilm, or a folder")
@@ -188,7 +191,8 @@ def main() -> int:
     ev = inference.load(args.evaluator, task="evaluator")
     ex = inference.load(args.extractor, task="extractor") if args.extractor and args.extractor != "none" else None
     ac = inference.load(args.answer_classifier, task="answer_classifier") if args.answer_classifier else None
-    cfg = PipelineConfig(max_words=args.max_words, naive_k=5, grading=GradingConfig(grade_k=args.grade_k),
+    cfg = PipelineConfig(max_words=args.max_words, naive_k=5,
+                         grading=GradingConfig(grade_k=args.grade_k, corpus_mode=args.corpus_mode),
                          refine=RefineConfig(refine_correct=not args.no_refine_correct))
 
     results = {}
@@ -201,10 +205,11 @@ def main() -> int:
             assert leaks == 0, f"{leaks} removed-set answers still in the index"
         pipe = CragPipeline(index, ev, ex, ac, config=cfg)
         print(f"{name}: {len(qs)} questions over {len(index)} chunks; grading reuses the index's vectors: "
-              f"{pipe.index_vectors.why_not or 'yes'}", flush=True)
+              f"{pipe.index_vectors.why_not or 'yes'}; corpus mode: {pipe.corpus_grading or 'yes'}", flush=True)
         results[name] = run_set(pipe, qs, name)
         results[name]["chunks"] = len(index)
         results[name]["grading_reuses_index_vectors"] = pipe.index_vectors.why_not or True
+        results[name]["graded_in_corpus_mode"] = pipe.corpus_grading or True
         results[name]["vectors_handed_over"] = {"chunks": pipe.index_vectors.handed,
                                                 "strips": pipe.index_vectors.strips_handed}
 
@@ -227,7 +232,7 @@ def main() -> int:
         "settings": {"evaluator": args.evaluator, "extractor": args.extractor if ex else None,
                      "answer_classifier": args.answer_classifier, "grade_k": args.grade_k,
                      "max_words": args.max_words, "refine_correct": not args.no_refine_correct,
-                     "strip_vectors": bool(strip_words), "questions": len(full_q), "removed": len(removed_q),
+                     "strip_vectors": bool(strip_words), "corpus_mode": args.corpus_mode, "questions": len(full_q), "removed": len(removed_q),
                      "removed_passages": len(drop), "index_build_s": round(index_s, 1),
                      "dense_model": dense if dense != "minilm" else "packaged MiniLM", "index_dir": str(work)},
         "command": " ".join([Path(sys.executable).name, *sys.argv]),

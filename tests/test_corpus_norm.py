@@ -78,6 +78,12 @@ def test_corpus_mode_scores_against_the_reference(cn_export, data):
     cn = man["corpus_norm"]
     assert cn["k"] == 5 and cn["weight"] >= 0 and cn["lexical_weight"] >= 0 and "r(q)" in cn["formula"]
     assert cn["fit"]["reference_passages"] > 0 and "dev_corpus_mode" in man["metrics"]
+    # half the dev queries lose their positives (a retrieval miss): the fit sees queries with nothing to find
+    dev = list(read_records(data["dev_pairs"], LabelledPair))
+    fit = cn["fit"]
+    assert fit["withheld_share"] == 0.5 and 0 < fit["queries_withheld"] < len({p.query_id for p in dev})
+    assert 0 < fit["positives_withheld"] and fit["fit_pairs"] == len(dev) - fit["positives_withheld"]
+    assert man["metrics"]["dev_corpus_mode"]["n"] == fit["fit_pairs"]
     assert "## Corpus mode" in (cn_export / "README.md").read_text()
     pairs = list(read_records(data["dev_pairs"], LabelledPair))[:24]
     qp = [(p.query, p.passage) for p in pairs]
@@ -130,8 +136,49 @@ def test_corpus_mode_needs_the_section_and_the_bi_encoder(cn_export, tiny_bert, 
         _config(tiny_bert, data, tmp_path, head="cross-encoder", corpus_norm=True)
     with pytest.raises(ConfigError, match="corpus_norm_k"):
         _config(tiny_bert, data, tmp_path, corpus_norm_k=0)
+    with pytest.raises(ConfigError, match="corpus_norm_withheld"):
+        _config(tiny_bert, data, tmp_path, corpus_norm_withheld=1.0)
     # an export without the section scores pairs only
     res = train_model(_config(tiny_bert, data, tmp_path / "plain", max_steps=0))
     ev = inference.load(res.export_dir)
     with pytest.raises(ValueError, match="no corpus_norm section"):
         ev.use_corpus(["a passage"])
+
+
+def test_the_pipeline_grades_against_its_index(tiny_bert, data, tmp_path):
+    """Index chunks are graded in corpus mode with the index's vectors as the corpus, and only while grading."""
+    from pipeline import CragPipeline
+    from pipeline.core import PipelineConfig
+    from pipeline.grading import GradingConfig
+    from pipeline.index import build_index
+    from test_biencoder import _chunks
+
+    export = train_model(_config(tiny_bert, data, tmp_path / "cn", max_steps=0, loss="bce", corpus_norm=True,
+                                 train_file=str(data["train_pairs"]), passage_format="{title}\n{text}")).export_dir
+    dev_pairs = list(read_records(data["dev_pairs"], LabelledPair))
+    index = build_index(_chunks(dev_pairs), tmp_path / "index", dense_model=str(export))
+    ev = inference.load(export)
+    assert "off (the default)" in CragPipeline(index, ev).corpus_grading
+    on = PipelineConfig(grading=GradingConfig(corpus_mode=True))
+    pipe = CragPipeline(index, ev, config=on)
+    assert pipe.corpus_grading is None
+    q = dev_pairs[0].query
+    res = pipe.ask(q)
+    assert not ev.corpus_mode  # only while grading
+    fresh = inference.load(export)
+    fresh.use_corpus(vectors=np.asarray(index.dense))
+    pairs = [(q, g.chunk.to_passage()) for g in res.graded]
+    np.testing.assert_allclose([g.score for g in res.graded], fresh.score(pairs), atol=1e-5)
+    from inference.decisions import action_of
+
+    t = ev.manifest.corpus_norm.thresholds  # the mode's thresholds route the chunks
+    assert [g.action for g in res.graded] == [action_of(g.score, t.theta_high, t.theta_low) for g in res.graded]
+    # switched off, or an evaluator without the mode: pair by pair
+    off = CragPipeline(index, ev)
+    res_off = off.ask(q)
+    fresh.use_corpus(None)
+    np.testing.assert_allclose([g.score for g in res_off.graded],
+                               fresh.score([(q, g.chunk.to_passage()) for g in res_off.graded]), atol=1e-5)
+    plain = train_model(_config(tiny_bert, data, tmp_path / "plain", max_steps=0, loss="bce",
+                                train_file=str(data["train_pairs"]), passage_format="{title}\n{text}")).export_dir
+    assert CragPipeline(index, inference.load(plain), config=on).corpus_grading == "the evaluator has no corpus mode"

@@ -124,6 +124,7 @@ class TrainConfig:
     lexical_feature: bool = opt(False, "Add a lexical term to the exported logit: weight x BM25(query, passage) / the query's largest BM25 (stemmed words; document frequencies of the training data's distinct passages, shipped in the export's lexical.json). The weight is fitted on dev before the calibration; inference.load applies it wherever the export scores. It adds what exact words catch to a model judging meaning (docs/benchmarks.md, Out of domain).")
     corpus_norm: bool = opt(False, "Bi-encoder only: also fit a corpus mode, in which a query's scores are read against the corpus it searches: logit = model_logit + lexical_weight x lexical - weight x r(q), r(q) the mean of the query's corpus_norm_k largest cosines to a reference corpus (CSLS). Its weights, calibration and thresholds are fitted on dev with the training and dev passages as the reference and written to the manifest's corpus_norm section; serving uses them once a scorer is given a corpus (inference.corpus_norm). Plain scoring is unchanged.")
     corpus_norm_k: int = opt(10, "Neighbours per query in r(q) of corpus_norm.")
+    corpus_norm_withheld: float = opt(0.5, "Share of the dev queries (seeded hash) whose positives corpus_norm's fit withholds from the corpus and the pairs, so that its weights, calibration and thresholds also see queries with nothing to find (a retrieval miss: CRAG's Incorrect).")
     min_dev_pairs: int = opt(50, "Below this many dev pairs the decision keeps its defaults (the paper's 0.79 / 0.50 for the evaluator, 0.5 for the answer classifier).")
     export_dir: str = opt("outputs/evaluator", "Where the export (weights, tokenizer, manifest, model card, plots) is written.")
     merge_lora: bool = opt(True, "Export LoRA merged into the weights (False: adapter and head only).")
@@ -162,6 +163,9 @@ class TrainConfig:
             bad("corpus_norm", f"needs the bi-encoder head (query vectors), not {self.head!r}")
         if isinstance(self.corpus_norm_k, bool) or not isinstance(self.corpus_norm_k, int) or self.corpus_norm_k < 1:
             bad("corpus_norm_k", f"must be an integer >= 1, got {self.corpus_norm_k!r}")
+        if isinstance(self.corpus_norm_withheld, bool) or not _number(self.corpus_norm_withheld) \
+                or not 0 <= self.corpus_norm_withheld < 1:
+            bad("corpus_norm_withheld", f"must be a number in [0, 1), got {self.corpus_norm_withheld!r}")
         if self.head == "bi-encoder" and self.input_template is not None:
             bad("input_template", "the bi-encoder head takes no template (query and passage are encoded separately)")
         if isinstance(self.similarity_scale, bool) or not _number(self.similarity_scale) or not 0 < self.similarity_scale <= 1000:

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -184,36 +184,69 @@ def mix_sample_weight(calib_pairs, mix: Mix | None) -> list[float] | None:
     return [share[p.metadata[MIX_TAG]] / count[p.metadata[MIX_TAG]] for p in calib_pairs]
 
 
+def withheld_queries(query_ids: Sequence[str], share: float, seed: int) -> set[str]:
+    """The dev queries whose positives corpus mode's fit withholds: ``share`` of them, by a seeded hash."""
+    import hashlib
+
+    return {q for q in dict.fromkeys(query_ids)
+            if int(hashlib.sha256(f"{seed}:{q}:withheld".encode("utf-8")).hexdigest()[:8], 16) < share * 0x100000000}
+
+
 def fit_corpus_norm(cfg: TrainConfig, engine, reference_texts: list[str], calib_pairs, calib_ds, logits: np.ndarray,
                     lex: np.ndarray | None, labels: np.ndarray, mix: Mix | None) -> tuple[CorpusNorm, dict]:
     """Corpus mode (:mod:`inference.corpus_norm`): ``r(q)`` of each dev query against
     ``reference_texts`` (the training and dev passages: the corpus the dev queries were mined from),
     the weights of ``r(q)`` and of the lexical term fitted together on the model's dev ``logits``,
-    then that mode's calibration and decision. Returns the section and its dev metrics."""
+    then that mode's calibration and decision. A retrieval miss is part of what the mode must
+    handle: for ``corpus_norm_withheld`` of the dev queries (a seeded hash) the positives leave the
+    corpus and the pairs, so the fit also sees queries with nothing to find. Returns the section and
+    its dev metrics (on those same pairs)."""
+    key = [(p.metadata.get(MIX_TAG), p.query_id) for p in calib_pairs]
+    withheld = withheld_queries([f"{s}\x00{q}" for s, q in key], cfg.corpus_norm_withheld, cfg.seed)
+    out = np.array([f"{s}\x00{q}" in withheld for s, q in key])
+    pos = np.asarray(labels) >= 0.5
+    texts = [passage_text(p.passage, cfg.passage_format) for p in calib_pairs]
+    row = {t: i for i, t in enumerate(reference_texts)}
+    missing: dict[str, set[int]] = {}  # query -> reference rows of its withheld positives
+    for i in np.flatnonzero(out & pos):
+        if texts[i] in row:
+            missing.setdefault(calib_pairs[i].query, set()).add(row[texts[i]])
+    reference = engine.vectors(reference_texts, "passage")[0]
     queries = [p.query for p in calib_pairs]
     uniq = list(dict.fromkeys(queries))
-    reference = engine.vectors(reference_texts, "passage")[0]
-    r_uniq = top_k_mean(engine.vectors(uniq, "query")[0], reference, cfg.corpus_norm_k)
+    qv = engine.vectors(uniq, "query")[0]
+    offsets = dict(zip(uniq, top_k_mean(qv, reference, cfg.corpus_norm_k)))
     at = {q: i for i, q in enumerate(uniq)}
-    r = r_uniq[[at[q] for q in queries]]
-    features = {"offset": (r, -1)}
-    if lex is not None:
-        features["lexical"] = (lex, 1)
-    weights, fit = fitting.fit_feature_weights(logits, features, labels, mix_sample_weight(calib_pairs, mix))
+    for q, rows in missing.items():  # without its positives: the query's nearest passages are others
+        keep = np.ones(len(reference), dtype=bool)
+        keep[list(rows)] = False
+        offsets[q] = top_k_mean(qv[at[q]][None], reference[keep], cfg.corpus_norm_k)[0]
+    r = np.array([offsets[q] for q in queries])
+    fit_rows = np.flatnonzero(~(out & pos))  # the withheld positives are not there to be scored
+    sub = [calib_pairs[i] for i in fit_rows]
+    y, z0, rr = np.asarray(labels)[fit_rows], np.asarray(logits)[fit_rows], r[fit_rows]
+    lx = None if lex is None else np.asarray(lex)[fit_rows]
+    features = {"offset": (rr, -1)}
+    if lx is not None:
+        features["lexical"] = (lx, 1)
+    weights, fit = fitting.fit_feature_weights(z0, features, y, mix_sample_weight(sub, mix))
     weight, lexical_weight = -weights["offset"], weights.get("lexical", 0.0)
-    z = combine(logits, lex, r, weight, lexical_weight)
-    calibration = fitting.fit_calibration(z, labels, cfg.calibration)
+    z = combine(z0, lx, rr, weight, lexical_weight)
+    calibration = fitting.fit_calibration(z, y, cfg.calibration)
     probs = calibration.apply(z)
-    decision = TRAINING_TASKS[cfg.TASK].fit_decision(cfg, probs, labels)
+    decision = TRAINING_TASKS[cfg.TASK].fit_decision(cfg, probs, y)
     info = {**fit, "reference_passages": len(reference_texts), "dev_queries": len(uniq),
+            "withheld_share": cfg.corpus_norm_withheld, "queries_withheld": len(withheld),
+            "positives_withheld": int((out & pos).sum()), "fit_pairs": len(fit_rows),
             "pairs_weighted_by": "the source's share of the mix" if mix is not None else "equally",
-            **fitting.calibration_report(z, labels, calibration)}
-    logger.info("corpus mode: r(q) over %d reference passages (k %d): weight %.4f, lexical weight %.4f; dev log loss "
-                "%.4f -> %.4f", len(reference_texts), cfg.corpus_norm_k, weight, lexical_weight,
-                fit["dev_log_loss_without"], fit["dev_log_loss_with"])
+            **fitting.calibration_report(z, y, calibration)}
+    logger.info("corpus mode: r(q) over %d reference passages (k %d; positives of %d of %d dev queries withheld): "
+                "weight %.4f, lexical weight %.4f; dev log loss %.4f -> %.4f", len(reference_texts), cfg.corpus_norm_k,
+                len(withheld), len(uniq), weight, lexical_weight, fit["dev_log_loss_without"], fit["dev_log_loss_with"])
     cn = CorpusNorm(k=cfg.corpus_norm_k, weight=weight, lexical_weight=lexical_weight, calibration=calibration,
                     thresholds=decision, info=info)
-    return cn, dev_metrics(cfg, decision, probs, labels, calib_ds)
+    ids = [calib_ds.group_ids[i] for i in fit_rows]
+    return cn, dev_metrics(cfg, decision, probs, y, SimpleNamespace(group_ids=ids))
 
 
 def train_model(cfg: TrainConfig) -> TrainResult:
@@ -331,8 +364,9 @@ def train_model(cfg: TrainConfig) -> TrainResult:
         lexical, lex, lex_info = fit_lexical(corpus, calib_pairs, logits, labels, spec.passage_format, mix)
         logits = logits + lexical.weight * lex
     if cfg.corpus_norm:
-        if spec.head != "bi-encoder":
-            raise ConfigError(f"config 'corpus_norm': needs the bi-encoder head (query vectors), not {spec.head!r}")
+        if spec.head != "bi-encoder" or cfg.TASK != "evaluator":
+            raise ConfigError(f"config 'corpus_norm': needs an evaluator with the bi-encoder head (query vectors), "
+                              f"not a {cfg.TASK} with {spec.head!r}")
         reference = list(dict.fromkeys([passage_text(p, spec.passage_format) for p in example_passages(corpus)]
                                        + [passage_text(p.passage, spec.passage_format) for p in calib_pairs]))
         corpus_norm, cn_metrics = fit_corpus_norm(cfg, engine, reference, calib_pairs, calib_ds, model_logits, lex, labels,
