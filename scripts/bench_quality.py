@@ -42,7 +42,7 @@ with several candidates and a positive), "baselines": {"bm25": {"auc", "mrr", "p
 when every scored set beats both.
 
 An export with a corpus mode (``corpus_norm`` in its manifest: :mod:`inference.corpus_norm`) is
-scored as a pipeline runs it, against a corpus: each set's distinct passages (``"mode": "corpus"``;
+scored in that mode (as ``use_corpus`` runs it), against a corpus: each set's distinct passages (``"mode": "corpus"``;
 in the decision view the withheld positives leave the corpus too), with that mode's thresholds;
 its pair-by-pair figures are under ``without_corpus``. ``--no-corpus`` scores pair by pair only.
 
@@ -393,7 +393,7 @@ def bench_set(model, groups: list[Group], cosine: Cosine, seed: int = 13, use_co
     plain = np.asarray(model.score(pairs))
     secs = time.perf_counter() - t0
     corpus_mode = use_corpus and model.manifest.corpus_norm is not None
-    if corpus_mode:  # the export as a pipeline runs it: against the set's distinct passages as its corpus
+    if corpus_mode:  # corpus mode (use_corpus): the set's distinct passages as the corpus
         probs, decision_probs = corpus_scores(model, pairs, texts, labels, split)
         thresholds = (model.manifest.corpus_norm.thresholds.theta_high, model.manifest.corpus_norm.thresholds.theta_low)
     else:
@@ -601,7 +601,9 @@ def record(export_dir: str, result: dict) -> None:
             for name, r in result["sets"].items()}
     m.metrics["held_out"] = {
         "about": (f"scripts/bench_quality.py on {datetime.date.today().isoformat()}: sets the export did not train on, "
-                  "against zero-shot BM25 and the MiniLM cosine on the same pairs (`" + result["command"] + "`)"),
+                  "against zero-shot BM25 and the MiniLM cosine on the same pairs (`" + result["command"] + "`)"
+                  + ("; auc is the export's corpus mode with each set's passages as the corpus, auc_without_corpus "
+                     "its pair-by-pair score" if any(r.get("mode") == "corpus" for r in result["sets"].values()) else "")),
         "sets": sets, "excluded": {k: v["reason"] for k, v in result["excluded"].items()},
     }
     with tempfile.TemporaryDirectory(dir=ex.path) as tmp:
