@@ -89,5 +89,5 @@ class CorpusNorm:
 
     def to_dict(self) -> dict[str, Any]:
         return {"k": self.k, "weight": self.weight, "lexical_weight": self.lexical_weight, "formula": FORMULA,
-                "calibration": {**self.calibration.to_dict()}, "thresholds": self.thresholds.to_dict(),
+                "calibration": self.calibration.to_dict(), "thresholds": self.thresholds.to_dict(),
                 **({"fit": self.info} if self.info else {})}

@@ -230,9 +230,9 @@ def _corpus_norm(d: dict, where, spec_t: TaskSpec, head: str) -> CorpusNorm | No
                           thresholds=_typed(spec_t.decision, _section(cn, "thresholds", f"{where}: corpus_norm"),
                                             f"{where}: corpus_norm.thresholds"),
                           info=_get(cn, "fit", dict, where, "corpus_norm", {}))
+    except ExportError:
+        raise
     except ValueError as e:
-        if isinstance(e, ExportError):
-            raise
         raise ExportError(f"{where}: bad corpus_norm ({e})") from None
 
 

@@ -379,6 +379,12 @@ def corpus_scores(model, pairs, texts, labels, split) -> tuple[np.ndarray, np.nd
         model.use_corpus(None)
 
 
+def corpus_mode_info(model, used: bool) -> dict | None:
+    cn = model.manifest.corpus_norm
+    return None if cn is None else {"k": cn.k, "theta_high": cn.thresholds.theta_high,
+                                    "theta_low": cn.thresholds.theta_low, "used": used}
+
+
 def bench_set(model, groups: list[Group], cosine: Cosine, seed: int = 13, use_corpus: bool = True) -> dict:
     from inference.inputs import passage_text
     from inference.metrics import binary_at, roc_auc
@@ -395,7 +401,8 @@ def bench_set(model, groups: list[Group], cosine: Cosine, seed: int = 13, use_co
     corpus_mode = use_corpus and model.manifest.corpus_norm is not None
     if corpus_mode:  # corpus mode (use_corpus): the set's distinct passages as the corpus
         probs, decision_probs = corpus_scores(model, pairs, texts, labels, split)
-        thresholds = (model.manifest.corpus_norm.thresholds.theta_high, model.manifest.corpus_norm.thresholds.theta_low)
+        cn = model.manifest.corpus_norm.thresholds
+        thresholds = (cn.theta_high, cn.theta_low)
     else:
         probs = decision_probs = plain
         thresholds = (model.theta_high, model.theta_low)
@@ -505,10 +512,8 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
         "machine": machine(),
         "export": {"path": args.model, "name": model.manifest.name, "theta_high": model.theta_high,
-                   "theta_low": model.theta_low,
-                   "corpus_mode": None if model.manifest.corpus_norm is None else {
-                       "k": model.manifest.corpus_norm.k, "theta_high": model.manifest.corpus_norm.thresholds.theta_high,
-                       "theta_low": model.manifest.corpus_norm.thresholds.theta_low, "used": not args.no_corpus}, "trained_on": inputs, "training_queries": len(seen_q)},
+                   "theta_low": model.theta_low, "corpus_mode": corpus_mode_info(model, not args.no_corpus),
+                   "trained_on": inputs, "training_queries": len(seen_q)},
         "options": {"limit": args.limit, "negatives": args.negatives, "seed": args.seed,
                     "cosine_model": args.cosine_model or "packaged MiniLM (zero-shot)"},
         "sets": {}, "excluded": {}, "set_info": {},

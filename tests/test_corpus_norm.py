@@ -134,6 +134,9 @@ def test_corpus_mode_needs_the_section_and_the_bi_encoder(cn_export, tiny_bert, 
             Manifest.read(p)
     with pytest.raises(ConfigError, match="corpus_norm"):
         _config(tiny_bert, data, tmp_path, head="cross-encoder", corpus_norm=True)
+    with pytest.raises(ConfigError, match="an evaluator with the bi-encoder head"):  # "auto" resolved: before training
+        train_model(_config(tiny_bert, data, tmp_path / "auto", head="auto", corpus_norm=True))
+    assert not (tmp_path / "auto" / "run").exists()
     with pytest.raises(ConfigError, match="corpus_norm_k"):
         _config(tiny_bert, data, tmp_path, corpus_norm_k=0)
     with pytest.raises(ConfigError, match="corpus_norm_withheld"):

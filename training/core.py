@@ -259,6 +259,9 @@ def train_model(cfg: TrainConfig) -> TrainResult:
     backbone = choose_backbone(cfg.model_name_or_path)
     model_path = resolve_model_path(backbone)
     spec = build_spec(cfg, model_path)
+    if cfg.corpus_norm and (spec.head != "bi-encoder" or cfg.TASK != "evaluator"):  # before any training
+        raise ConfigError(f"config 'corpus_norm': needs an evaluator with the bi-encoder head (query vectors), "
+                          f"not a {cfg.TASK} with {spec.head!r}")
     set_seed(cfg.seed)
 
     # --- data ------------------------------------------------------------------------------
@@ -364,9 +367,6 @@ def train_model(cfg: TrainConfig) -> TrainResult:
         lexical, lex, lex_info = fit_lexical(corpus, calib_pairs, logits, labels, spec.passage_format, mix)
         logits = logits + lexical.weight * lex
     if cfg.corpus_norm:
-        if spec.head != "bi-encoder" or cfg.TASK != "evaluator":
-            raise ConfigError(f"config 'corpus_norm': needs an evaluator with the bi-encoder head (query vectors), "
-                              f"not a {cfg.TASK} with {spec.head!r}")
         reference = list(dict.fromkeys([passage_text(p, spec.passage_format) for p in example_passages(corpus)]
                                        + [passage_text(p.passage, spec.passage_format) for p in calib_pairs]))
         corpus_norm, cn_metrics = fit_corpus_norm(cfg, engine, reference, calib_pairs, calib_ds, model_logits, lex, labels,
