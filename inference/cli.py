@@ -40,6 +40,13 @@ metrics JSON and ``meta.json``, and in the printed summary; metrics are over eve
 A passage longer than the model's limit is truncated on the passage side (never the query) and
 counted in the summary.
 
+Corpus mode (``--reference self|FILE``; an evaluator trained with ``corpus_norm: true``,
+:mod:`inference.corpus_norm`): each query's scores are read against a reference corpus, with that
+mode's calibration and thresholds. ``self`` is the input's own distinct passages (a first pass over
+the file: right for a file that holds each query's retrieved candidates, as CRAG's does); a path
+is the corpus the queries search (our passage JSONL or a BEIR ``corpus.jsonl``). The summary's
+``corpus_mode`` says which (null: pair by pair, the default, as ``predict`` scores).
+
 Outputs are written atomically (a crash leaves the previous file or none) and an existing output
 is refused unless ``--overwrite``. ``score`` writes ``<output>.meta.json`` (counts, truncations,
 rejects, thresholds, speed) beside its JSONL.
@@ -59,9 +66,11 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 from tqdm import tqdm
 
-from data_prep.io import DataError, MissingInputError, Rejects, atomic_write, rejected_line, require_path, write_json
+from data_prep.io import (DataError, MissingInputError, Rejects, atomic_write, iter_json_lines, rejected_line,
+                          require_path, write_json)
 from data_prep.readers.rows import READER_OPTIONS, PairRow, PairRows, open_pair_rows, resolve_format
 from data_prep.readers.simple import SENTENCES, SentenceRow, read_sentence_rows
+from data_prep.records import Passage
 
 from .decisions import action_of
 from .loading import ExportError, load
@@ -112,6 +121,76 @@ def chunks(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
             buf = []
     if buf:
         yield buf
+
+
+# --------------------------------------------------------------------------------------------
+# corpus mode
+
+
+def reference_passages(path: Path, rejects: Rejects | None = None) -> Iterator[Passage]:
+    """The passages of a reference corpus file: our passage JSONL (``{"id", "title", "text"}``) or a
+    BEIR ``corpus.jsonl`` (``{"_id", "title", "text"}``), told apart by the first record."""
+    for _, obj, _ in iter_json_lines(path, Rejects(skip_bad=True)):
+        beir = "_id" in obj
+        break
+    else:  # only bad lines: let the reader name the first one
+        beir = False
+    if beir:
+        from data_prep.readers.beir import read_corpus
+
+        return read_corpus(path, rejects)
+    from data_prep.readers.ours import read_passages
+
+    return read_passages(path, rejects)
+
+
+def use_reference(args: argparse.Namespace, model, inp: Path) -> dict[str, Any] | None:
+    """Put an evaluator in corpus mode when ``--reference`` asks for it (:mod:`inference.corpus_norm`):
+    ``self`` takes the input's distinct non-empty passages (a first pass over the file, bad rows
+    skipped or raised as in the scoring pass), a path a passages file. Returns the summary's
+    ``corpus_mode`` section (None: pair by pair)."""
+    spec = getattr(args, "reference", None)
+    has_mode = getattr(model.manifest, "corpus_norm", None) is not None
+    if spec is None:
+        if has_mode:
+            logger.info("this export has a corpus mode: --reference self (or a passages file) reads each query's "
+                        "scores against a corpus; scoring pair by pair")
+        return None
+    if not has_mode:
+        raise ValueError(f"{args.model}: --reference needs an export with a corpus mode (a bi-encoder evaluator "
+                         "trained with corpus_norm: true); this one scores pairs only")
+    t0 = time.time()
+    texts: dict[str, None] = {}
+    if spec == "self":
+        first = Rejects(skip_bad=True) if args.skip_bad else None  # counted once, by the scoring pass
+        _, rows = open_rows(args, inp, first)
+        for i, r in enumerate(rows, 1):
+            if r.passage != "":
+                texts[model.passage_text(r.passage, f"{inp}: pair {i}")] = None
+        source = "self"
+    else:
+        ref = require_path(spec, "reference corpus")
+        for p in reference_passages(ref, Rejects(skip_bad=True) if args.skip_bad else None):
+            texts[model.passage_text(p, f"{ref}: passage {p.id}")] = None
+        source = str(ref)
+    if not texts:
+        raise DataError(inp if spec == "self" else spec, None, "no passages for the reference corpus", "empty")
+    k = model.manifest.corpus_norm.k
+    if len(texts) < 20 * k:
+        logger.warning("the reference corpus has %d passages: r(q) over so few is dominated by each query's own "
+                       "candidates (corpus mode wants the corpus the queries search)", len(texts))
+    model.use_corpus(list(texts))
+    return {"reference": source, "passages": len(texts), "k": k, "seconds": round(time.time() - t0, 3),
+            "formula": "logit = model_logit + lexical_weight * lexical - weight * r(q); r(q) = mean of the k "
+                       "largest cosines of the query to the reference passages"}
+
+
+def _corpus_note(summary: dict[str, Any]) -> str:
+    c = summary.get("corpus_mode")
+    if not c:
+        return ""
+    ref = "the input's own passages" if c["reference"] == "self" else c["reference"]
+    return f"; corpus mode against {c['passages']} passages ({ref})"
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,6 +268,7 @@ def score_file(args: argparse.Namespace) -> dict[str, Any]:
     inp = require_path(args.input, "input file")
     model = _load_model(args)
     extractor = model.task == "extractor"
+    corpus = use_reference(args, model, inp)
     hi, lo, source = (None, None, "manifest") if extractor else _thresholds(model, args)
     rejects, rdir = _rejects_for(args, out)
     t0 = time.time()
@@ -237,7 +317,8 @@ def score_file(args: argparse.Namespace) -> dict[str, Any]:
             rejects.close()
     seconds = time.time() - t0
     summary = {"input": str(inp), "format": fmt, "output": str(out), "rows": n, "pairs": n,
-               "empty_passages": empty_passage_summary(rows), **_common_summary(model, args, rejects, rdir)}
+               "empty_passages": empty_passage_summary(rows), "corpus_mode": corpus,
+               **_common_summary(model, args, rejects, rdir)}
     if extractor:
         d = model.decision
         summary.update({"sentences_kept": sentences,
@@ -271,7 +352,7 @@ def run_score(args: argparse.Namespace) -> int:
         print(f"scored {s['pairs']} pairs into {s['output']} ({s['pairs_per_s']} pairs/s); "
               f"{'actions' if 'actions' in s else 'decisions'}: {', '.join(f'{k} {v}' for k, v in what.items())}; "
               f"passages truncated to {s['max_length']} tokens: {s['passages_truncated']}; "
-              f"empty passages: {_empty_note(s)}")
+              f"empty passages: {_empty_note(s)}{_corpus_note(s)}")
     if args.skip_bad:
         print(rejected_line(s["rejected"], s.get("rejects_dir")))
     return 0
@@ -296,6 +377,7 @@ def evaluate_file(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _evaluate_pairs(args, model, data: Path, out: Path) -> dict[str, Any]:
+    corpus = use_reference(args, model, data)
     hi, lo, source = _thresholds(model, args)
     rejects, rdir = _rejects_for(args, out)
     t0 = time.time()
@@ -333,7 +415,7 @@ def _evaluate_pairs(args, model, data: Path, out: Path) -> dict[str, Any]:
                                          "rule": "a passage holds the answer when its calibrated score >= threshold"}
     metrics["raw"] = {"auc": roc_auc(raw_a, labels), "ece": expected_calibration_error(raw_a, labels)}
     metrics.update({"data": str(data), "format": fmt, "empty_passages": empty_passage_summary(rows),
-                    "passages_truncated": truncated,
+                    "passages_truncated": truncated, "corpus_mode": corpus,
                     **_common_summary(model, args, rejects, rdir), "seconds": round(time.time() - t0, 3)})
     if args.plots:
         marks = {"theta_high": hi, "theta_low": lo} if evaluator else {"threshold": hi}
@@ -440,7 +522,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return 0
     keys = ("n", "positives", "accuracy", "precision", "recall", "f1", "auc", "ece", "mrr@10", "ndcg@10")
     print(", ".join(f"{k} {m[k]:.4f}" if isinstance(m[k], float) else f"{k} {m[k]}" for k in keys if m.get(k) is not None)
-          + f"; empty passages: {_empty_note(m)}")
+          + f"; empty passages: {_empty_note(m)}{_corpus_note(m)}")
     print(f"accuracy at {m['decision_threshold']['name']} = {m['decision_threshold']['value']:.4f}; "
           f"metrics in {args.output_json}")
     return 0
@@ -476,6 +558,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--two-tier", action="store_true", help="one threshold (theta_high), no Ambiguous band")
     p.add_argument("--top-k", type=int, default=None, help="extractor: sentences kept per passage (default: the manifest's)")
     p.add_argument("--min-score", type=float, default=None, help="extractor: minimum sentence score (default: the manifest's)")
+    p.add_argument("--reference", default=None, metavar="self|FILE",
+                   help="corpus mode (an evaluator trained with corpus_norm): read each query's scores against a "
+                        "reference corpus, with that mode's calibration and thresholds: 'self' (the input's distinct "
+                        "passages) or a passages file (our passage JSONL or a BEIR corpus.jsonl); default: pair by pair")
     p.add_argument("--chunk-size", type=int, default=8192, help="pairs read and scored per step (memory bound)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 

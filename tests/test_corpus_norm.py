@@ -116,6 +116,65 @@ def test_corpus_mode_scores_against_the_reference(cn_export, data):
         ev.use_corpus(corpus, vectors=rv)
 
 
+def test_the_cli_scores_in_corpus_mode_against_self_or_a_file(cn_export, data, tmp_path, capsys):
+    """`--reference self` reads each query against the input's own passages, a file against its passages
+    (ours or BEIR's corpus.jsonl); the mode's calibration and thresholds apply; default pair by pair."""
+    from inference.cli import main
+    from inference.metrics import roc_auc
+
+    dev = list(read_records(data["dev_pairs"], LabelledPair))
+    qp = [(p.query, p.passage) for p in dev]
+    labels = [p.label for p in dev]
+    corpus = list(dict.fromkeys(passage_text(p.passage) for p in dev))
+    ev = inference.load(cn_export)
+    plain = ev.score(qp)
+    ev.use_corpus(corpus)
+    want = ev.score(qp)
+    cn = ev.manifest.corpus_norm
+
+    def run(*extra, out="m.json"):
+        rc = main(["evaluate", "--model", str(cn_export), "--data", str(data["dev_pairs"]), "--output-json",
+                   str(tmp_path / out), "--overwrite", "--no-progress", *extra])
+        return rc, (json.loads((tmp_path / out).read_text()) if rc == 0 else None)
+
+    rc, m = run()
+    assert rc == 0 and m["corpus_mode"] is None and m["auc"] == pytest.approx(roc_auc(np.array(plain), labels))
+    assert m["thresholds"]["theta_high"] == ev.manifest.thresholds.theta_high
+    rc, m = run("--reference", "self")
+    assert rc == 0 and m["corpus_mode"]["reference"] == "self" and m["corpus_mode"]["passages"] == len(corpus)
+    assert m["corpus_mode"]["k"] == cn.k and m["thresholds"]["theta_high"] == cn.thresholds.theta_high
+    assert m["auc"] == pytest.approx(roc_auc(np.array(want), labels), abs=1e-6)
+    assert "corpus mode against" in capsys.readouterr().out
+    # a passages file: ours, then BEIR's corpus.jsonl; the same passages give the same scores
+    ours, beir = tmp_path / "passages.jsonl", tmp_path / "corpus.jsonl"
+    seen = dict.fromkeys(passage_text(p.passage) for p in dev)
+    ours.write_text("".join(json.dumps({"id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(seen)))
+    beir.write_text("".join(json.dumps({"_id": f"p{i}", "title": "", "text": t}) + "\n" for i, t in enumerate(seen)))
+    for f in (ours, beir):
+        rc, m = run("--reference", str(f))
+        assert rc == 0 and m["corpus_mode"]["reference"] == str(f) and m["corpus_mode"]["passages"] == len(seen)
+        assert m["auc"] == pytest.approx(roc_auc(np.array(want), labels), abs=1e-6)
+    # score writes the mode's scores and says so in its meta
+    out = tmp_path / "scores.jsonl"
+    assert main(["score", "--model", str(cn_export), "--input", str(data["dev_pairs"]), "--output", str(out),
+                 "--reference", "self", "--no-progress"]) == 0
+    got = [json.loads(line)["score"] for line in out.read_text().splitlines()]
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    meta = json.loads((tmp_path / "scores.jsonl.meta.json").read_text())
+    assert meta["corpus_mode"]["reference"] == "self" and meta["thresholds"]["theta_high"] == cn.thresholds.theta_high
+    # bad references: a line with no text names the file and line; an empty file; a missing one
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "a", "text": "fine"}) + "\n" + json.dumps({"id": "b"}) + "\n")
+    capsys.readouterr()
+    assert run("--reference", str(bad))[0] == 2
+    assert f"{bad}:2" in capsys.readouterr().err
+    (tmp_path / "empty.jsonl").write_text("")
+    assert run("--reference", str(tmp_path / "empty.jsonl"))[0] == 2
+    assert "empty input file" in capsys.readouterr().err
+    assert run("--reference", str(tmp_path / "missing.jsonl"))[0] == 2
+    assert "missing.jsonl" in capsys.readouterr().err
+
+
 def test_corpus_mode_needs_the_section_and_the_bi_encoder(cn_export, tiny_bert, data, tmp_path):
     man = json.loads((cn_export / "evaluator.json").read_text())
     plain = dict(man)
@@ -146,6 +205,11 @@ def test_corpus_mode_needs_the_section_and_the_bi_encoder(cn_export, tiny_bert, 
     ev = inference.load(res.export_dir)
     with pytest.raises(ValueError, match="no corpus_norm section"):
         ev.use_corpus(["a passage"])
+    from inference.cli import main
+
+    assert main(["evaluate", "--model", str(res.export_dir), "--data", str(data["dev_pairs"]), "--output-json",
+                 str(tmp_path / "m.json"), "--reference", "self", "--no-progress"]) == 2
+    assert not (tmp_path / "m.json").exists()
 
 
 def test_the_pipeline_grades_against_its_index(tiny_bert, data, tmp_path):
