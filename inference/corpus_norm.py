@@ -19,13 +19,17 @@ manifest's ``calibration`` and ``thresholds``): corpus mode is opt-in per scorer
 
 It needs a corpus of some size: ``r(q)`` over a few hundred passages is dominated by the query's own
 candidates (docs/benchmarks.md, "Out of domain").
+
+The reference is a matrix of passage vectors (``r(q)`` is then one matrix product per query block,
+:func:`top_k_mean`) or any object with the :class:`Reference` method: a search index that already
+knows each query's nearest passages (a pipeline's dense recall) gives ``r(q)`` for nothing.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -54,6 +58,16 @@ def top_k_mean(queries: np.ndarray, reference: np.ndarray, k: int) -> np.ndarray
         top = np.partition(s, len(r) - k, axis=1)[:, len(r) - k :] if k < len(r) else s
         out[i : i + _BLOCK] = top.astype(np.float64).mean(axis=1)
     return out
+
+
+@runtime_checkable
+class Reference(Protocol):
+    """A reference corpus that answers ``r(q)`` itself (for example from a search index)."""
+
+    def top_k_mean(self, queries: Sequence[str], vectors: np.ndarray, k: int) -> np.ndarray:
+        """``r(q)`` per query: the mean of the ``k`` largest cosines of its unit vector (a row of
+        ``vectors``, computed by the evaluator) to the corpus. float64 ``[len(queries)]``."""
+        ...
 
 
 def combine(model_logits, lexical, offsets, weight: float, lexical_weight: float) -> np.ndarray:

@@ -18,7 +18,7 @@ import torch
 from data_prep.records import Passage
 
 from .calibration import Calibration, sigmoid
-from .corpus_norm import top_k_mean
+from .corpus_norm import Reference, top_k_mean
 from .engine import ScoringEngine
 from .inputs import EncodeStats, passage_text
 from .lexical import LexicalError, LexicalFeature
@@ -44,7 +44,7 @@ class PairScorer:
         self.engine = engine
         self.manifest = manifest
         self.path = path
-        self.reference: np.ndarray | None = None  # corpus mode: the reference passages' unit vectors
+        self.reference: np.ndarray | Reference | None = None  # corpus mode: passage unit vectors, or a Reference
         self.lexical: LexicalFeature | None = None
         if manifest.lexical:
             if path is None:
@@ -72,18 +72,28 @@ class PairScorer:
 
     # -- corpus mode ---------------------------------------------------------------------------
     def use_corpus(self, passages: Iterable[str | Passage] | None = None, *, vectors: np.ndarray | None = None,
-                   progress: bool = False) -> None:
-        """Score against a reference corpus from now on: its ``passages`` (encoded here) or their unit
-        ``vectors`` computed by this model at this spec's length (a pipeline's dense index). ``None``
-        for both returns to plain scoring. Only for exports with a ``corpus_norm`` section."""
-        if passages is None and vectors is None:
+                   reference: Reference | None = None, progress: bool = False) -> None:
+        """Score against a reference corpus from now on: its ``passages`` (encoded here), their unit
+        ``vectors`` computed by this model at this spec's length (a pipeline's dense index), or a
+        ``reference`` that answers ``r(q)`` itself (:class:`~inference.corpus_norm.Reference`: a search
+        index over such vectors). ``None`` for all returns to plain scoring. Only for exports with a
+        ``corpus_norm`` section."""
+        given = [name for name, v in (("passages", passages), ("vectors", vectors), ("reference", reference))
+                 if v is not None]
+        if not given:
             self.reference = None
             return
         if self.manifest.corpus_norm is None:
             raise ValueError("this export has no corpus_norm section: it scores pairs only (train it with "
                              "corpus_norm: true to score against a corpus)")
-        if passages is not None and vectors is not None:
-            raise ValueError("use_corpus takes passages or vectors, not both")
+        if len(given) > 1:
+            raise ValueError(f"use_corpus takes one of passages, vectors or reference, not {' and '.join(given)}")
+        if reference is not None:
+            if not isinstance(reference, Reference):
+                raise TypeError(f"reference must have a top_k_mean(queries, vectors, k) method, got "
+                                f"{type(reference).__name__}")
+            self.reference = reference
+            return
         if vectors is None:
             texts = [self.passage_text(p, f"reference passage {i}") for i, p in enumerate(passages)]
             vectors = self.engine.vectors(texts, "passage")[0] if texts else np.zeros((0, 0), dtype=np.float32)
@@ -101,7 +111,13 @@ class PairScorer:
         uniq = list(dict.fromkeys(queries))
         if not uniq:
             return np.zeros(0)
-        r = top_k_mean(self.engine.vectors(uniq, "query")[0], self.reference, self.manifest.corpus_norm.k)
+        vecs, k = self.engine.vectors(uniq, "query")[0], self.manifest.corpus_norm.k
+        if isinstance(self.reference, np.ndarray):
+            r = top_k_mean(vecs, self.reference, k)
+        else:
+            r = np.asarray(self.reference.top_k_mean(uniq, vecs, k), dtype=np.float64)
+            if r.shape != (len(uniq),):
+                raise ValueError(f"the reference gave r(q) of shape {r.shape} for {len(uniq)} queries")
         at = {q: i for i, q in enumerate(uniq)}
         return r[[at[q] for q in queries]]
 

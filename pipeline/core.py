@@ -45,7 +45,7 @@ from inference.decisions import query_action
 
 from .evidence import CredibilityTable, detect_conflicts
 from .generate import ExtractiveGenerator
-from .grading import Friendliness, Grading, GradingConfig, IndexVectors, grade_hits
+from .grading import Friendliness, Grading, GradingConfig, IndexReference, IndexVectors, grade_hits
 from .recall import HybridRecall
 from .refine import RefineConfig, refine
 from .rounds import MAX_ROUNDS, OVERLAP_STOP, results_overlap, rewrite_query
@@ -194,6 +194,7 @@ class CragPipeline:
         c = self.config
         self.recall = HybridRecall(index, weights=c.weights, top_k=c.route_k, rrf_k=c.rrf_k)
         self._vectors: IndexVectors | None = None
+        self.index_reference = IndexReference(index)  # corpus mode's r(q), from the dense route when it can
 
     @property
     def index_vectors(self) -> IndexVectors:
@@ -205,7 +206,8 @@ class CragPipeline:
     @property
     def corpus_grading(self) -> str | None:
         """Why the index's chunks are not graded in the evaluator's corpus mode (None: they are, with
-        the index's vectors as the corpus: each question's scores read against its nearest chunks)."""
+        the index as the corpus: each question's scores read against its nearest chunks, whose
+        cosines the dense route already found; :class:`~pipeline.grading.IndexReference`)."""
         if not self.config.grading.corpus_mode:
             return "grading.corpus_mode is off (the default)"
         if getattr(getattr(self.evaluator, "manifest", None), "corpus_norm", None) is None:
@@ -220,7 +222,7 @@ class CragPipeline:
         if self.corpus_grading is not None:
             yield
             return
-        self.evaluator.use_corpus(vectors=self.index.dense)
+        self.evaluator.use_corpus(reference=self.index_reference)
         try:
             yield
         finally:

@@ -130,6 +130,36 @@ def grade_hits(question: str, hits: Sequence[Hit], evaluator, cfg: GradingConfig
     return Grading(action, g.action, graded, g.theta_high, g.theta_low, g.passages_truncated)
 
 
+class IndexReference:
+    """The index as the corpus of the evaluator's corpus mode (:class:`inference.corpus_norm.Reference`).
+
+    ``r(q)``, the mean of the question's ``k`` largest cosines to the index's chunks, is what the
+    dense route already found when it searched at least ``k`` deep with the very vector the evaluator
+    uses (the index's, handed over by :class:`IndexVectors`): then it costs nothing. Otherwise it is
+    one search of the index's dense index (exact inner product) with the evaluator's vector.
+    ``from_recall`` and ``searched`` count the two.
+    """
+
+    def __init__(self, index):
+        self.index = index
+        self.from_recall = 0
+        self.searched = 0
+
+    def top_k_mean(self, queries: Sequence[str], vectors: np.ndarray, k: int) -> np.ndarray:
+        out = np.empty(len(queries), dtype=np.float64)
+        deep = min(int(k), len(self.index))
+        for i, (q, v) in enumerate(zip(queries, vectors)):
+            top, known = self.index.nearest_scores(q), self.index.known_query_vector(q)
+            if top is not None and len(top) >= deep and known is not None and np.array_equal(known[0], v):
+                out[i] = float(np.mean(top[:deep], dtype=np.float64))
+                self.from_recall += 1
+            else:
+                rows, scores = self.index.dense_search_vectors(v[None, :], deep)
+                out[i] = float(np.mean(scores[0][rows[0] >= 0], dtype=np.float64))
+                self.searched += 1
+        return out
+
+
 class IndexVectors:
     """Hands the index's stored vectors to a bi-encoder evaluator, where they are the evaluator's own.
 

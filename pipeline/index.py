@@ -376,6 +376,7 @@ class HybridIndex:
         self._faiss = None
         self._lock = threading.Lock()
         self._query_vectors: dict[str, np.ndarray] = {}
+        self._nearest: dict[str, np.ndarray] = {}  # query -> the cosines its last dense search found, best first
         self._strips: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # -- loading ---------------------------------------------------------------------------
@@ -530,6 +531,12 @@ class HybridIndex:
     def forget_queries(self) -> None:
         """Drop the kept query vectors (benchmarks: each path encodes its question itself)."""
         self._query_vectors.clear()
+        self._nearest.clear()
+
+    def nearest_scores(self, query: str) -> np.ndarray | None:
+        """The cosines (best first) that the last :meth:`dense_search` of ``query`` found, as deep as
+        it searched, for the vector :meth:`known_query_vector` holds (``None`` if none kept)."""
+        return self._nearest.get(query)
 
     def chunk_vectors(self, rows: Sequence[int]) -> np.ndarray:
         """The stored unit vectors of ``rows`` (``[len(rows), dim]`` float32)."""
@@ -541,10 +548,20 @@ class HybridIndex:
         """Top ``k`` ``(row, cosine similarity)`` by the dense embeddings, best first."""
         if not self.has_dense:
             raise ValueError(f"index {self.dir} was built without dense embeddings (BM25 only)")
-        index = self._faiss_index()
-        q = np.ascontiguousarray(self.encode_query(query), dtype=np.float32)
-        scores, rows = index.search(q, min(int(k), len(self)))
+        rows, scores = self.dense_search_vectors(self.encode_query(query), k)
+        self._nearest[query] = scores[0][rows[0] >= 0]
+        while len(self._nearest) > 16:
+            self._nearest.pop(next(iter(self._nearest)))
         return [(int(r), float(s)) for r, s in zip(rows[0], scores[0]) if r >= 0]
+
+    def dense_search_vectors(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` rows and cosines of each query unit vector (``[m, dim]``): ``(rows, scores)``,
+        each ``[m, min(k, len(self))]``, best first (row -1: nothing there)."""
+        if not self.has_dense:
+            raise ValueError(f"index {self.dir} was built without dense embeddings (BM25 only)")
+        q = np.ascontiguousarray(np.atleast_2d(vectors), dtype=np.float32)
+        scores, rows = self._faiss_index().search(q, min(int(k), len(self)))
+        return rows, scores
 
     def _faiss_index(self):
         with self._lock:

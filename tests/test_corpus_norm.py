@@ -112,7 +112,7 @@ def test_corpus_mode_scores_against_the_reference(cn_export, data):
         ev.use_corpus(vectors=rv[:, :3])
     with pytest.raises(ValueError, match="empty passage"):
         ev.use_corpus(["a passage", "  "])
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(ValueError, match="one of passages, vectors or reference"):
         ev.use_corpus(corpus, vectors=rv)
 
 
@@ -236,6 +236,24 @@ def test_the_pipeline_grades_against_its_index(tiny_bert, data, tmp_path):
     fresh.use_corpus(vectors=np.asarray(index.dense))
     pairs = [(q, g.chunk.to_passage()) for g in res.graded]
     np.testing.assert_allclose([g.score for g in res.graded], fresh.score(pairs), atol=1e-5)
+    # r(q) came from the dense route's search (no second pass over the index); a question the route
+    # did not search is searched once, with the same result
+    ref = pipe.index_reference
+    assert ref.from_recall == 1 and ref.searched == 0
+    from pipeline.grading import IndexReference
+
+    other = dev_pairs[-1].query
+    own = IndexReference(index)
+    vec = fresh.engine.vectors([other], "query")[0]
+    k = ev.manifest.corpus_norm.k
+    np.testing.assert_allclose(own.top_k_mean([other], vec, k), fresh.query_offsets([other]), atol=1e-5)
+    assert own.searched == 1 and own.from_recall == 0
+    ev.use_corpus(reference=own)
+    np.testing.assert_allclose(ev.score([(other, dev_pairs[-1].passage)]), fresh.score([(other, dev_pairs[-1].passage)]),
+                               atol=1e-5)
+    ev.use_corpus(None)
+    with pytest.raises(TypeError, match="top_k_mean"):
+        ev.use_corpus(reference=object())
     from inference.decisions import action_of
 
     t = ev.manifest.corpus_norm.thresholds  # the mode's thresholds route the chunks
