@@ -228,6 +228,13 @@ class CragPipeline:
         finally:
             self.evaluator.use_corpus(None)
 
+    def grade(self, question: str, hits: Sequence[Hit]) -> Grading:
+        """CRAG's grading of the index ``hits`` of ``question`` (the first ``grading.grade_k``): with the
+        index's vectors when they are the evaluator's, in corpus mode when :attr:`corpus_grading` allows."""
+        self.index_vectors.hand_over(question, hits[: self.config.grading.grade_k])
+        with self._against_index():
+            return grade_hits(question, hits, self.evaluator, self.config.grading, self.answer_classifier)
+
     @classmethod
     def from_paths(cls, index_dir: str, evaluator: str, extractor: str | None = None,
                    answer_classifier: str | None = None, device: str | None = None, **kw: Any) -> "CragPipeline":
@@ -261,9 +268,7 @@ class CragPipeline:
         with clock.stage("recall"):
             hits = self.recall.recall(q)
         with clock.stage("grade"):
-            self.index_vectors.hand_over(q, hits[: cfg.grading.grade_k])
-            with self._against_index():
-                grading = grade_hits(q, hits, self.evaluator, cfg.grading, self.answer_classifier)
+            grading = self.grade(q, hits)
         queries = [q]
         seen = [h.chunk.id for h in hits[: cfg.grading.grade_k]]
         for _ in range(1, cfg.max_rounds):
@@ -284,9 +289,7 @@ class CragPipeline:
                 known = set(seen)
                 fresh = [h for h in new_hits if h.chunk.id not in known]
                 seen.extend(h.chunk.id for h in fresh[: cfg.grading.grade_k])
-                self.index_vectors.hand_over(q, fresh[: cfg.grading.grade_k])
-                with self._against_index():
-                    more = grade_hits(q, fresh, self.evaluator, cfg.grading, self.answer_classifier)
+                more = self.grade(q, fresh)
                 grading = _combine(grading, more)
         graded = list(grading.chunks)
         action = grading.action

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,6 +169,25 @@ def test_bench_quality_corpus_scores_withhold_the_missed_positives(monkeypatch):
         assert d == pytest.approx((60 - len(unanswerable)) / 100 if q in unanswerable and y == 0 else 0.6)
 
 
+def test_bench_quality_margin_interval(monkeypatch):
+    """The margin's interval is a paired bootstrap over queries: a score that is a baseline plus a real
+    gain on every query gets an interval above 0; the baseline itself a margin of exactly 0."""
+    bench = _bench_quality_module(monkeypatch)
+    rng = np.random.default_rng(0)
+    qids = [f"q{i}" for i in range(60) for _ in range(8)]
+    labels = np.tile(np.r_[1.0, np.zeros(7)], 60)
+    base = rng.normal(0, 1, len(labels)) + 0.8 * labels
+    better = base + 1.5 * labels
+    m = bench.margin_ci(better, {"bm25": base, "minilm_cosine": base + rng.normal(0, 0.01, len(labels))}, labels, qids)
+    assert m["clear"] and m["resamples"] == 1000 and m["bm25"]["margin"] > 0
+    lo, hi = m["bm25"]["ci95"]
+    assert 0 < lo <= m["bm25"]["margin"] <= hi
+    same = bench.margin_ci(base, {"bm25": base}, labels, qids)
+    assert same["bm25"] == {"margin": 0.0, "ci95": [0.0, 0.0]} and not same["clear"]
+    assert bench.margin_ci(base, {"bm25": base}, labels, qids, seed=5) == same  # the draws are seeded
+    assert "clear" in bench._margin(m) and bench._margin({}) == "-"
+
+
 def test_bench_quality(tmp_path, tiny_bert, capsys, monkeypatch):
     import shutil
 
@@ -217,9 +237,38 @@ def test_bench_quality(tmp_path, tiny_bert, capsys, monkeypatch):
         assert not d or (d["queries"] <= s["queries"] and 0 < d["answerable"] < d["queries"] and 0 <= d["auc"] <= 1), name
         assert (s["baselines"]["bm25"]["decision_auc"] is None) == (not d), name
         assert s["mode"] == "pairs" and "without_corpus" not in s, name  # a cross-encoder export has no corpus mode
+        m = s["margin"]  # {} when a bootstrap draw could not hold both labels
+        assert not m or (set(m) == {"resamples", "unit", "bm25", "minilm_cosine", "clear"}
+                         and m["clear"] == all(m[k]["ci95"][0] > 0 for k in ("bm25", "minilm_cosine"))), name
     assert res["sets"]["msmarco-triples"]["n"] == 6 and res["sets"]["flagembedding-msmarco"]["n"] == 15  # 3 x (1 + 1), 3 x (1 + 4)
     assert res["sets"]["squad"]["n"] == 12  # 3 x (1 + 3 negatives)
     assert res["sets"]["scifact"]["n"] == 3 + res["set_info"]["scifact"]["mining_counts"]["negatives"] > 3  # BM25-mined
     assert res["set_info"]["crag-popqa"]["training_queries_dropped"] == 1 and res["sets"]["crag-popqa"]["n"] == 6
     assert res["export"]["theta_high"] == 0.7 and res["target_met"] == all(s["beats_baselines"] for s in res["sets"].values())
+    assert res["clear_margin"] == all(bool(s["margin"].get("clear")) for s in res["sets"].values())
     assert "target (beats both baselines on every scored set)" in capsys.readouterr().out
+
+
+def test_bench_grading_summary(monkeypatch):
+    """bench_grading's figures from per-claim records: evidence recall and precision over the kept
+    chunks of full claims, abstention on removed ones, the decision AUC of the best chunk score."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_grading", ROOT / "scripts" / "bench_grading.py")
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_grading", bench)
+    spec.loader.exec_module(bench)
+
+    def rec(action, kept, best):
+        return {"m": {"action": action, "kept": kept, "best": best, "ms": 1.0}}
+
+    full = [rec("Correct", [True, False], 0.9), rec("Ambiguous", [False], 0.5), rec("Incorrect", [], 0.2)]
+    removed = [rec("Incorrect", [], 0.1), rec("Correct", [False], 0.6)]
+    s = bench.summary(full, removed, "m")
+    assert s["full"]["actions"] == {"Correct": 1, "Ambiguous": 1, "Incorrect": 1}
+    assert s["full"]["evidence_recall"] == pytest.approx(1 / 3) and s["full"]["kept_precision"] == pytest.approx(1 / 3)
+    assert s["full"]["abstain_rate"] == pytest.approx(1 / 3) and s["removed"]["abstain_rate"] == 0.5
+    assert s["removed"]["kept_chunks_per_claim"] == 0.5
+    assert s["decision_auc"] == pytest.approx(4 / 6)  # (0.9, 0.5, 0.2) against (0.1, 0.6)
+    halves = [bench.removed_half(f"c{i}", 13) for i in range(400)]
+    assert 150 < sum(halves) < 250 and halves == [bench.removed_half(f"c{i}", 13) for i in range(400)]
