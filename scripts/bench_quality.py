@@ -494,11 +494,16 @@ def machine() -> dict:
             "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
 
 
+def _closer(m: dict) -> str:
+    """The baseline the export's margin is smallest over."""
+    return min((k for k in m if isinstance(m[k], dict)), key=lambda k: m[k]["margin"])
+
+
 def _margin(m: dict | None) -> str:
     """The margin over the closer baseline and its interval, e.g. ``+2.0 [+0.8, +3.3] clear``."""
     if not m:
         return "-"
-    k = min((k for k in m if isinstance(m[k], dict)), key=lambda k: m[k]["margin"])
+    k = _closer(m)
     lo, hi = m[k]["ci95"]
     return f"{m[k]['margin']:+.1f} [{lo:+.1f}, {hi:+.1f}] over {k}{' clear' if m['clear'] else ''}"
 
@@ -649,7 +654,9 @@ def record(export_dir: str, result: dict) -> None:
                    "minilm_cosine_auc": r["baselines"]["minilm_cosine"]["auc"], "mrr": r["mrr"],
                    "accuracy_at_theta_high": r["accuracy_at_theta_high"],
                    **({"auc_without_corpus": r["without_corpus"]["auc"]} if r.get("without_corpus") else {}),
-                   **({"margin_ci95": _margin(r["margin"])} if r.get("margin") else {}),
+                   **({"margin_points": r["margin"][_closer(r["margin"])]["margin"],
+                       "margin_ci95_low": r["margin"][_closer(r["margin"])]["ci95"][0],
+                       "margin_ci95_high": r["margin"][_closer(r["margin"])]["ci95"][1]} if r.get("margin") else {}),
                    **({"decision_auc": r["decision"]["auc"],
                        "bm25_decision_auc": r["baselines"]["bm25"]["decision_auc"],
                        "minilm_cosine_decision_auc": r["baselines"]["minilm_cosine"]["decision_auc"]}
@@ -659,7 +666,9 @@ def record(export_dir: str, result: dict) -> None:
         "about": (f"scripts/bench_quality.py on {datetime.date.today().isoformat()}: sets the export did not train on, "
                   "against zero-shot BM25 and the MiniLM cosine on the same pairs (`" + result["command"] + "`)"
                   + ("; auc is the export's corpus mode with each set's passages as the corpus, auc_without_corpus "
-                     "its pair-by-pair score" if any(r.get("mode") == "corpus" for r in result["sets"].values()) else "")),
+                     "its pair-by-pair score" if any(r.get("mode") == "corpus" for r in result["sets"].values()) else "")
+                  + "; margin_points: auc over the closer baseline's, in points, with its 95% paired bootstrap interval "
+                    "over queries (margin_ci95_low, margin_ci95_high)"),
         "sets": sets, "excluded": {k: v["reason"] for k, v in result["excluded"].items()},
     }
     with tempfile.TemporaryDirectory(dir=ex.path) as tmp:
