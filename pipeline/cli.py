@@ -94,6 +94,8 @@ def make_pipeline(args: argparse.Namespace):
             grading[key] = arg
     if args.two_tier:
         grading["two_tier"] = True
+    if args.corpus_mode:
+        grading["corpus_mode"] = True
     settings["grading"] = grading
     if args.rounds is not None:
         settings["max_rounds"] = args.rounds
@@ -128,7 +130,10 @@ def make_pipeline(args: argparse.Namespace):
         gen_kw.update(model_path=args.llm_model)
     generator = make_generator(args.generator, **gen_kw)
     credibility = CredibilityTable.from_file(args.credibility) if args.credibility else None
-    return CragPipeline(index, evaluator, extractor, classifier, searcher, generator, credibility, config)
+    pipeline = CragPipeline(index, evaluator, extractor, classifier, searcher, generator, credibility, config)
+    if config.grading.corpus_mode and pipeline.corpus_grading is not None:
+        raise ValueError(f"corpus-mode grading asked for, but {pipeline.corpus_grading}")
+    return pipeline
 
 
 def print_result(r) -> None:
@@ -224,6 +229,9 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--theta-low", type=float, default=None, help="override the evaluator's theta_low")
     p.add_argument("--two-tier", action="store_true", help="one threshold, no Ambiguous")
     p.add_argument("--grade-k", type=int, default=None, help="fused hits the evaluator grades (default 5)")
+    p.add_argument("--corpus-mode", action="store_true",
+                   help="grade in the evaluator's corpus mode, the index as the corpus (a bi-encoder evaluator trained "
+                        "with corpus_norm whose weights embedded the index); default: pair by pair")
     p.add_argument("--rounds", type=int, default=None, help="retrieval rounds, 1-3 (default 1)")
     p.add_argument("--max-words", type=int, default=None, help="the answer's word budget (default 50)")
     p.add_argument("--credibility", default=None, help="a source-credibility table (JSON or YAML)")

@@ -212,7 +212,7 @@ def test_corpus_mode_needs_the_section_and_the_bi_encoder(cn_export, tiny_bert, 
     assert not (tmp_path / "m.json").exists()
 
 
-def test_the_pipeline_grades_against_its_index(tiny_bert, data, tmp_path):
+def test_the_pipeline_grades_against_its_index(tiny_bert, data, tmp_path, capsys):
     """Index chunks are graded in corpus mode with the index's vectors as the corpus, and only while grading."""
     from pipeline import CragPipeline
     from pipeline.core import PipelineConfig
@@ -258,6 +258,13 @@ def test_the_pipeline_grades_against_its_index(tiny_bert, data, tmp_path):
 
     t = ev.manifest.corpus_norm.thresholds  # the mode's thresholds route the chunks
     assert [g.action for g in res.graded] == [action_of(g.score, t.theta_high, t.theta_low) for g in res.graded]
+    # the command line: --corpus-mode grades the same way
+    from pipeline.cli import main as pipeline_main
+
+    assert pipeline_main(["ask", q, "--index", str(tmp_path / "index"), "--evaluator", str(export), "--corpus-mode",
+                          "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    np.testing.assert_allclose(sorted(c["score"] for c in got["graded"]), sorted(g.score for g in res.graded), atol=1e-5)
     # switched off, or an evaluator without the mode: pair by pair
     off = CragPipeline(index, ev)
     res_off = off.ask(q)

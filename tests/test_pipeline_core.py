@@ -788,6 +788,8 @@ def test_cli_errors_are_exit_2_with_a_message(cli_index, exports, capsys, tmp_pa
     refused("ask", q, *model_args(cli_index, exports, "extractor", ()), says="not an evaluator export")
     refused("ask", q, *model_args(cli_index, exports, extra=("--extractor", "evaluator")), says="not an extractor export")
     refused("ask", q, *model_args(cli_index, exports, extra=()), "--rounds", "4", says="max_rounds must be 1..3")
+    refused("ask", q, *model_args(cli_index, exports, extra=()), "--corpus-mode",
+            says="corpus-mode grading asked for, but the evaluator has no corpus mode")
     config = tmp_path / "pipeline.yaml"
     for text, says in [("bogus: 1\n", "unknown pipeline setting(s): bogus"),
                        ("grading:\n  bogus: 1\n", "unknown grading setting(s): bogus"),
