@@ -179,7 +179,7 @@ def use_reference(args: argparse.Namespace, model, inp: Path) -> dict[str, Any] 
     if len(texts) < 20 * k:
         logger.warning("the reference corpus has %d passages: r(q) over so few is dominated by each query's own "
                        "candidates (corpus mode wants the corpus the queries search)", len(texts))
-    model.use_corpus(list(texts))
+    model.use_corpus(list(texts), progress=not args.no_progress)
     return {"reference": source, "passages": len(texts), "k": k, "seconds": round(time.time() - t0, 3),
             "formula": "logit = model_logit + lexical_weight * lexical - weight * r(q); r(q) = mean of the k "
                        "largest cosines of the query to the reference passages"}

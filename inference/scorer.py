@@ -26,6 +26,7 @@ from .manifest import ExportError, Manifest
 from .modeling import ModelSpec
 
 Pair = tuple[str, "str | Passage"]
+_REFERENCE_BLOCK = 8192  # reference passages tokenised and encoded at a time by use_corpus
 
 
 class PairScorer:
@@ -96,12 +97,28 @@ class PairScorer:
             return
         if vectors is None:
             texts = [self.passage_text(p, f"reference passage {i}") for i, p in enumerate(passages)]
-            vectors = self.engine.vectors(texts, "passage")[0] if texts else np.zeros((0, 0), dtype=np.float32)
+            vectors = self._encode_reference(texts, progress)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         dim = getattr(self.engine, "dim", None)
         if vectors.ndim != 2 or len(vectors) == 0 or (dim and vectors.shape[1] != dim):
             raise ValueError(f"the reference corpus needs [n >= 1, {dim}] passage vectors, got shape {vectors.shape}")
         self.reference = vectors
+
+    def _encode_reference(self, texts: list[str], progress: bool) -> np.ndarray:
+        """The passages' unit vectors, encoded a block at a time (bounded memory for a large corpus)."""
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        from tqdm import tqdm
+
+        out = np.empty((len(texts), 0), dtype=np.float32)
+        with tqdm(total=len(texts), desc="reference corpus", unit=" passages", disable=not progress,
+                  mininterval=1.0) as bar:
+            for i in range(0, len(texts), _REFERENCE_BLOCK):
+                v = self.engine.vectors(texts[i : i + _REFERENCE_BLOCK], "passage", bar=bar)[0]
+                if out.shape[1] != v.shape[1]:
+                    out = np.empty((len(texts), v.shape[1]), dtype=np.float32)
+                out[i : i + len(v)] = v
+        return out
 
     def query_offsets(self, queries: Sequence[str]) -> np.ndarray:
         """``r(q)`` per query (float64, input order): the mean of its ``k`` largest cosines to the

@@ -103,6 +103,15 @@ def test_corpus_mode_scores_against_the_reference(cn_export, data):
     np.testing.assert_allclose(ev.score(qp), ev.manifest.corpus_norm.calibration.apply(ev.logits(qp)), atol=1e-9)
     g = ev.grade(pairs[0].query, [p.passage for p in pairs[:4]])
     assert g.theta_high == cn["thresholds"]["theta_high"] and g.theta_low == cn["thresholds"]["theta_low"]
+    # a corpus encoded a block at a time gives the same scores
+    import inference.scorer as scorer_module
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(scorer_module, "_REFERENCE_BLOCK", 7)
+        ev.engine._cache.clear()
+        ev.use_corpus(corpus)
+        np.testing.assert_allclose(ev.reference, rv, atol=1e-4)
+        np.testing.assert_allclose(ev.logits(qp), want, rtol=1e-4, atol=1e-3)
     # vectors handed over (a pipeline's index) give the same scores; None returns to plain scoring
     ev.use_corpus(vectors=rv)
     np.testing.assert_allclose(ev.logits(qp), want, rtol=1e-4, atol=1e-3)
