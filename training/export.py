@@ -88,7 +88,8 @@ def model_card(m: Manifest) -> str:
         cn_decision, _ = decision_text(cn.thresholds)
         extra += "\n".join([
             "", "## Corpus mode", "",
-            "Given a reference corpus (`evaluator.use_corpus(passages)`, or `use_corpus(vectors=...)` with its passage vectors), the export scores "
+            "Given a reference corpus (`evaluator.use_corpus(passages)` or `use_corpus(vectors=...)` with its passage vectors; "
+            "`python -m inference evaluate --reference self|FILE`; `python -m pipeline ask --corpus-mode`), the export scores "
             f"logit = model logit + {_fmt(cn.lexical_weight)} x lexical - {_fmt(cn.weight)} x r(q), where r(q) is the mean "
             f"of the query's {cn.k} largest cosines to the corpus, with its own calibration ({cn.calibration.method}, "
             f"a {_fmt(cn.calibration.a)}, b {_fmt(cn.calibration.b)}) and decision: {cn_decision}. Fitted on the dev pairs with the "
