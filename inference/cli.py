@@ -144,11 +144,12 @@ def reference_passages(path: Path, rejects: Rejects | None = None) -> Iterator[P
     return read_passages(path, rejects)
 
 
-def use_reference(args: argparse.Namespace, model, inp: Path) -> dict[str, Any] | None:
+def use_reference(args: argparse.Namespace, model, inp: Path, rdir: Path) -> dict[str, Any] | None:
     """Put an evaluator in corpus mode when ``--reference`` asks for it (:mod:`inference.corpus_norm`):
     ``self`` takes the input's distinct non-empty passages (a first pass over the file, bad rows
-    skipped or raised as in the scoring pass), a path a passages file. Returns the summary's
-    ``corpus_mode`` section (None: pair by pair)."""
+    skipped or raised as in the scoring pass, which counts them), a path a passages file (with
+    ``--skip-bad`` its bad rows are skipped, counted in the section's ``rejected`` and kept in
+    ``rdir/reference/``). Returns the summary's ``corpus_mode`` section (None: pair by pair)."""
     spec = getattr(args, "reference", None)
     has_mode = getattr(model.manifest, "corpus_norm", None) is not None
     if spec is None:
@@ -168,11 +169,20 @@ def use_reference(args: argparse.Namespace, model, inp: Path) -> dict[str, Any] 
             if r.passage != "":
                 texts[model.passage_text(r.passage, f"{inp}: pair {i}")] = None
         source = "self"
+        rejected = None
     else:
         ref = require_path(spec, "reference corpus")
-        for p in reference_passages(ref, Rejects(skip_bad=True) if args.skip_bad else None):
-            texts[model.passage_text(p, f"{ref}: passage {p.id}")] = None
+        skipped = Rejects(skip_bad=True, out_dir=rdir / "reference") if args.skip_bad else None
+        try:
+            for p in reference_passages(ref, skipped):
+                texts[model.passage_text(p, f"{ref}: passage {p.id}")] = None
+        finally:
+            if skipped is not None:
+                skipped.close()
         source = str(ref)
+        rejected = skipped.summary() if skipped is not None else {"total": 0, "by_reason": {}}
+        if rejected["total"]:
+            rejected["kept_in"] = str(rdir / "reference")
     if not texts:
         raise DataError(inp if spec == "self" else spec, None, "no passages for the reference corpus", "empty")
     k = model.manifest.corpus_norm.k
@@ -181,6 +191,7 @@ def use_reference(args: argparse.Namespace, model, inp: Path) -> dict[str, Any] 
                        "candidates (corpus mode wants the corpus the queries search)", len(texts))
     model.use_corpus(list(texts), progress=not args.no_progress)
     return {"reference": source, "passages": len(texts), "k": k, "seconds": round(time.time() - t0, 3),
+            **({"rejected": rejected} if rejected is not None else {}),
             "formula": "logit = model_logit + lexical_weight * lexical - weight * r(q); r(q) = mean of the k "
                        "largest cosines of the query to the reference passages"}
 
@@ -190,7 +201,9 @@ def _corpus_note(summary: dict[str, Any]) -> str:
     if not c:
         return ""
     ref = "the input's own passages" if c["reference"] == "self" else c["reference"]
-    return f"; corpus mode against {c['passages']} passages ({ref})"
+    bad = (c.get("rejected") or {}).get("total")
+    skipped = f"; {bad} bad rows skipped, kept in {c['rejected']['kept_in']}" if bad else ""
+    return f"; corpus mode against {c['passages']} passages ({ref}{skipped})"
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,9 +281,9 @@ def score_file(args: argparse.Namespace) -> dict[str, Any]:
     inp = require_path(args.input, "input file")
     model = _load_model(args)
     extractor = model.task == "extractor"
-    corpus = use_reference(args, model, inp)
-    hi, lo, source = (None, None, "manifest") if extractor else _thresholds(model, args)
     rejects, rdir = _rejects_for(args, out)
+    corpus = use_reference(args, model, inp, rdir)
+    hi, lo, source = (None, None, "manifest") if extractor else _thresholds(model, args)
     t0 = time.time()
     n = truncated = queries_truncated = sentences = 0
     decisions: dict[str, int] = {}
@@ -377,9 +390,9 @@ def evaluate_file(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _evaluate_pairs(args, model, data: Path, out: Path) -> dict[str, Any]:
-    corpus = use_reference(args, model, data)
-    hi, lo, source = _thresholds(model, args)
     rejects, rdir = _rejects_for(args, out)
+    corpus = use_reference(args, model, data, rdir)
+    hi, lo, source = _thresholds(model, args)
     t0 = time.time()
     probs, raw, labels, qids = [], [], [], []
     truncated = 0

@@ -4,6 +4,7 @@ weights fitted on dev with their signs, its own calibration and thresholds, and 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -177,6 +178,11 @@ def test_the_cli_scores_in_corpus_mode_against_self_or_a_file(cn_export, data, t
     capsys.readouterr()
     assert run("--reference", str(bad))[0] == 2
     assert f"{bad}:2" in capsys.readouterr().err
+    rc, m = run("--reference", str(bad), "--skip-bad")  # skipped, counted, the raw row kept
+    assert rc == 0 and m["corpus_mode"]["passages"] == 1 and m["corpus_mode"]["rejected"]["total"] == 1
+    kept = Path(m["corpus_mode"]["rejected"]["kept_in"])
+    assert (kept / "bad.jsonl.rejected").read_text() == json.dumps({"id": "b"}) + "\n"
+    assert "1 bad rows skipped" in capsys.readouterr().out
     (tmp_path / "empty.jsonl").write_text("")
     assert run("--reference", str(tmp_path / "empty.jsonl"))[0] == 2
     assert "empty input file" in capsys.readouterr().err
