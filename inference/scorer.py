@@ -110,12 +110,12 @@ class PairScorer:
             return np.zeros((0, 0), dtype=np.float32)
         from tqdm import tqdm
 
-        out = np.empty((len(texts), 0), dtype=np.float32)
+        out = None
         with tqdm(total=len(texts), desc="reference corpus", unit=" passages", disable=not progress,
                   mininterval=1.0) as bar:
             for i in range(0, len(texts), _REFERENCE_BLOCK):
                 v = self.engine.vectors(texts[i : i + _REFERENCE_BLOCK], "passage", bar=bar)[0]
-                if out.shape[1] != v.shape[1]:
+                if out is None:  # the width is known once the first block is encoded
                     out = np.empty((len(texts), v.shape[1]), dtype=np.float32)
                 out[i : i + len(v)] = v
         return out

@@ -36,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a source checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_pipeline import build  # noqa: E402  (an index folder, reused when there)
 from bench_scoring import machine  # noqa: E402  (the machine facts every benchmark records)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,17 +46,6 @@ MODES = ("pairs", "corpus")
 
 def removed_half(qid: str, seed: int) -> bool:
     return int(hashlib.sha256(f"{seed}:{qid}:removed".encode("utf-8")).hexdigest(), 16) % 2 == 1
-
-
-def build(out: Path, chunks, encoder, label: str, chunking: dict) -> None:
-    from pipeline.index import build_index
-
-    if (out / "index.json").exists():
-        print(f"{label} index: reusing {out}", flush=True)
-        return
-    t0 = time.perf_counter()
-    idx = build_index(chunks, out, encoder=encoder, chunking=chunking, overwrite=True)
-    print(f"{label} index: {len(idx)} chunks in {time.perf_counter() - t0:.1f} s -> {out}", flush=True)
 
 
 def grade_set(pipes: dict, claims) -> list[dict]:
@@ -155,8 +145,8 @@ def main() -> int:
     def chunks():
         return chunks_from_source("beir", max_chars=args.max_chars, overlap=32, **files)
 
-    build(work / "full", chunks(), encoder, "full", chunking)
-    build(work / "removed", (c for c in chunks() if c.doc_id not in drop), encoder, "removed", chunking)
+    build(work / "full", chunks(), encoder, "full", chunking=chunking)
+    build(work / "removed", (c for c in chunks() if c.doc_id not in drop), encoder, "removed", chunking=chunking)
     index_s = time.perf_counter() - t_index
 
     modes = {"pairs": False}

@@ -59,14 +59,16 @@ def dev_questions(seed: int, dev_ratio: float) -> list:
     return out
 
 
-def build(out: Path, chunks, encoder, label: str, strip_words: int | None = None) -> None:
+def build(out: Path, chunks, encoder, label: str, strip_words: int | None = None, chunking: dict | None = None) -> None:
+    """Index ``chunks`` into ``out`` unless an index is there already (``chunking``: the settings that
+    cut them, recorded in index.json; default 256 characters, 32 overlapping)."""
     from pipeline.index import build_index
 
     if (out / "index.json").exists():
         print(f"{label} index: reusing {out}", flush=True)
         return
     t0 = time.perf_counter()
-    idx = build_index(chunks, out, encoder=encoder, chunking={"max_chars": 256, "overlap": 32, "unit": "chars"},
+    idx = build_index(chunks, out, encoder=encoder, chunking=chunking or {"max_chars": 256, "overlap": 32, "unit": "chars"},
                       overwrite=True, strip_words=strip_words)
     print(f"{label} index: {len(idx)} chunks in {time.perf_counter() - t0:.1f} s -> {out}", flush=True)
 
