@@ -37,6 +37,7 @@ import time
 from array import array
 from collections import defaultdict
 from dataclasses import asdict, dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -114,7 +115,10 @@ class CorpusWriter:
         self.hasher = CorpusHasher()
 
     def add(self, p: Passage) -> int:
-        line = (json.dumps(p.to_dict(), ensure_ascii=False) + "\n").encode("utf-8")
+        # json.dumps(p.to_dict(), ensure_ascii=False) written out: the same bytes, a third of the time
+        meta = json.dumps(p.metadata, ensure_ascii=False) if p.metadata else "{}"
+        line = (f'{{"id": {_json_str(p.id)}, "title": {_json_str(p.title)}, "text": {_json_str(p.text)}, '
+                f'"metadata": {meta}}}\n').encode("utf-8")
         self._f.write(line)
         self._offsets.append(self._offsets[-1] + len(line))
         self.hasher.update(p)
@@ -125,6 +129,9 @@ class CorpusWriter:
         os.fsync(self._f.fileno())
         self._f.close()
         np.save(self.dir / OFFSETS_FILE, np.frombuffer(self._offsets, dtype=np.int64))
+
+
+_json_str = json.encoder.encode_basestring  # a JSON string literal, non-ASCII kept (ensure_ascii=False)
 
 
 class CorpusStore:
@@ -226,22 +233,33 @@ def build_csc(
     return {"data": data, "indices": indices, "indptr": indptr, "num_docs": n_docs}
 
 
-#: bm25s retrieval backends; "auto" picks numba for workloads where its compile time pays off.
-BACKENDS = ("auto", "numpy", "numba")
-#: queries x passages from which "auto" picks numba. Measured on 2 cores: the numpy path answers
-#: ~2,700 q/s at 50k passages and ~600 at 300k (1.4-1.8e8 query-passages/s), numba ~5,500 and ~1,300
-#: after compiling for ~20-25 s, so numba pays off from ~5e9 (e.g. 5,000 queries over 1M passages).
+#: retrieval backends over the bm25s index: ``pruned`` (exact top k with dynamic pruning,
+#: :mod:`data_prep.postings`), and the exhaustive paths of bm25s itself, ``numpy`` and ``numba``
+#: (every posting of every query term scored). ``auto``: pruned when numba is installed.
+BACKENDS = ("auto", "pruned", "numpy", "numba")
+EXHAUSTIVE = ("numpy", "numba")
+#: queries x passages from which the exhaustive "auto" picks numba. Measured on 2 cores: the numpy
+#: path answers ~2,700 q/s at 50k passages and ~600 at 300k (1.4-1.8e8 query-passages/s), numba
+#: ~5,500 and ~1,300 after compiling for ~20-25 s, so numba pays off from ~5e9.
 NUMBA_MIN_WORK = 5e9
 
 
-def resolve_backend(requested: str, n_queries: int, n_docs: int) -> str:
-    """The bm25s backend for a run: ``auto`` -> numba when installed and ``n_queries * n_docs``
-    is at least :data:`NUMBA_MIN_WORK`, else numpy."""
+def resolve_backend(requested: str, n_queries: int, n_docs: int, exhaustive: bool = False) -> str:
+    """The backend for a run. ``auto``: ``pruned`` when numba is installed (its kernels are cached
+    on disk after the first compile), else ``numpy``. With ``exhaustive`` (the old path, kept for
+    comparison) ``auto`` is numba when ``n_queries * n_docs >= NUMBA_MIN_WORK``, else numpy, and
+    ``pruned`` is refused."""
     if requested not in BACKENDS:
         raise ValueError(f"bm25s backend must be one of {', '.join(BACKENDS)}, got {requested!r}")
+    if exhaustive:
+        if requested == "pruned":
+            raise ValueError("--exhaustive scores every posting: it cannot use the pruned backend")
+        if requested != "auto":
+            return requested
+        return "numba" if _numba_available() and n_queries * n_docs >= NUMBA_MIN_WORK else "numpy"
     if requested != "auto":
         return requested
-    return "numba" if _numba_available() and n_queries * n_docs >= NUMBA_MIN_WORK else "numpy"
+    return "pruned" if _numba_available() else "numpy"
 
 
 def _numba_available() -> bool:
@@ -260,14 +278,20 @@ Hits = list[tuple[np.ndarray, np.ndarray]]  # per query: (rows, scores), best fi
 
 
 class Bm25sEngine:
-    """A bm25s index on disk (``<index>/bm25s``), memory-mapped, answering batches of queries."""
+    """A bm25s index on disk (``<index>/bm25s``), memory-mapped, answering batches of queries.
+
+    The ``pruned`` backend reads the same arrays plus their block maxima (``blocks.*.npy`` in the
+    same folder, written with the index; computed and saved on first use for an index built before
+    them)."""
 
     name = "bm25s"
 
-    def __init__(self, retriever: Any):
+    def __init__(self, retriever: Any, directory: Path | None = None):
         self.retriever = retriever
+        self.dir = directory
         self.vocab: dict[str, int] = retriever.vocab_dict
         self.n_docs = int(retriever.scores["num_docs"])
+        self._blocks: dict[str, np.ndarray] | None = None
 
     @staticmethod
     def save(directory: Path, csc: dict[str, Any], vocab: dict[str, int], params: BM25Params) -> None:
@@ -285,19 +309,34 @@ class Bm25sEngine:
         import bm25s
 
         retriever = bm25s.BM25.load(directory, mmap=mmap, show_progress=False, backend="numpy")
-        engine = cls(retriever)
+        engine = cls(retriever, Path(directory))
         engine.set_backend(backend)
         return engine
 
     def set_backend(self, backend: str) -> None:
-        """``numpy`` (no start-up cost) or ``numba`` (JIT-compiled on first use, ~10-30 s on 2
-        cores, then ~20x faster and multi-threaded)."""
+        """``pruned`` (exact top k skipping most postings; numba kernels, compiled once and cached),
+        ``numpy`` (exhaustive, no start-up cost) or ``numba`` (bm25s's exhaustive kernels)."""
         if backend not in BACKENDS[1:]:
             raise ValueError(f"bm25s backend must be one of {', '.join(BACKENDS[1:])}, got {backend!r}")
-        if backend == "numba" and not _numba_available():
-            raise ValueError("the numba backend needs numba (pip install numba)")
-        self.retriever.backend = backend
+        if backend in ("numba", "pruned") and not _numba_available():
+            raise ValueError(f"the {backend} backend needs numba (pip install numba)")
+        self.retriever.backend = "numba" if backend == "numba" else "numpy"
         self.backend = backend
+
+    @property
+    def blocks(self) -> dict[str, np.ndarray]:
+        """The block maxima of the pruned search (memory-mapped; built and saved when missing)."""
+        if self._blocks is None:
+            self._blocks = load_blocks(self.dir, self.retriever.scores) if self.dir else None
+            if self._blocks is None:
+                from .postings import block_meta
+
+                sc = self.retriever.scores
+                self._blocks = block_meta(sc["indptr"], sc["indices"], sc["data"])
+                if self.dir is not None:
+                    with contextlib.suppress(OSError):
+                        save_blocks(self.dir, self._blocks)
+        return self._blocks
 
     def search(self, queries: Sequence[Sequence[str]], k: int, n_threads: int = 0) -> Hits:
         ids = [[self.vocab[t] for t in q if t in self.vocab] for q in queries]
@@ -306,7 +345,13 @@ class Bm25sEngine:
         k = min(k, self.n_docs)
         if not live or k <= 0:
             return out
-        if self.backend == "numba":
+        if self.backend == "pruned":
+            from . import postings
+
+            res = postings.search([ids[i] for i in live], k, self.retriever.scores, self.blocks, n_threads=n_threads)
+            for j, i in enumerate(live):
+                out[i] = res[j]
+        elif self.backend == "numba":
             docs, scores = self.retriever.retrieve(
                 [ids[i] for i in live], k=k, sorted=True, show_progress=False, n_threads=n_threads
             )
@@ -321,6 +366,39 @@ class Bm25sEngine:
                 top = np.argpartition(-sc, k - 1)[:k] if k < len(sc) else np.arange(len(sc))
                 out[i] = _canonical(top.astype(np.int64), sc[top].astype(np.float32))
         return out
+
+
+BLOCKS_PREFIX = "blocks."
+_BLOCK_ARRAYS = ("bptr", "blast", "bmax", "tmax")
+
+
+def save_blocks(directory: Path, blocks: dict[str, np.ndarray]) -> None:
+    """Write the block maxima beside the bm25s arrays (each file atomically)."""
+    from .postings import BLOCK
+
+    for name in _BLOCK_ARRAYS:
+        tmp = directory / f".{BLOCKS_PREFIX}{name}.npy.tmp-{os.getpid()}"
+        with open(tmp, "wb") as f:
+            np.save(f, blocks[name])
+        os.replace(tmp, directory / f"{BLOCKS_PREFIX}{name}.npy")
+    write_json(directory / f"{BLOCKS_PREFIX}json", {"block": BLOCK, "nnz": int(blocks["bptr"][-1])})
+
+
+def load_blocks(directory: Path, scores: dict[str, Any]) -> dict[str, np.ndarray] | None:
+    """The saved block maxima, memory-mapped, or None when absent or not of this index/block size."""
+    from .postings import BLOCK
+
+    info_path = directory / f"{BLOCKS_PREFIX}json"
+    if not info_path.exists():
+        return None
+    info = json.loads(info_path.read_text())
+    try:
+        blocks = {n: np.load(directory / f"{BLOCKS_PREFIX}{n}.npy", mmap_mode="r") for n in _BLOCK_ARRAYS}
+    except (OSError, ValueError):
+        return None
+    if info.get("block") != BLOCK or len(blocks["bptr"]) != len(scores["indptr"]):
+        return None
+    return blocks
 
 
 def _canonical(rows: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -393,6 +471,126 @@ def _new_vocab() -> defaultdict:
     return vocab
 
 
+#: passages per tokenisation job, and the corpus size from which a build tokenises in worker
+#: processes (below it, the pool's start-up costs more than it saves)
+TOKENIZE_CHUNK = 4096
+PARALLEL_MIN_DOCS = 100_000
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _tokenize_init(config: TokenizerConfig) -> None:
+    """Worker start: its tokenizer and its own vocabulary, kept for the whole build."""
+    _WORKER["tokenizer"] = Tokenizer(config)
+    _WORKER["vocab"] = _new_vocab()
+
+
+def _tokenize_chunk(texts: list[str]) -> tuple[int, bytes, bytes, list[str]]:
+    """Worker: a chunk of texts as ids into this worker's vocabulary, the per-text token counts,
+    and the tokens this chunk added to that vocabulary (in first-appearance order)."""
+    tok, vocab = _WORKER["tokenizer"], _WORKER["vocab"]
+    before = len(vocab)
+    ids, lens = array("i"), array("q")
+    get = vocab.__getitem__
+    for t in texts:
+        toks = tok(t)
+        ids.extend(map(get, toks))
+        lens.append(len(toks))
+    new = list(islice(vocab, before, None)) if len(vocab) > before else []
+    return os.getpid(), ids.tobytes(), lens.tobytes(), new
+
+
+class _TokenSink:
+    """Token ids of the whole corpus, flat, with one global vocabulary.
+
+    Texts are tokenised in this process until :data:`PARALLEL_MIN_DOCS` have been seen, then in
+    ``workers`` processes, a chunk at a time, merged here in order. Each worker keeps a vocabulary
+    of its own and sends, with a chunk's ids, the tokens the chunk added to it; this process maps
+    them onto the global vocabulary as it merges. A token new to the global vocabulary is new to the
+    worker too (the worker has seen a subset of the merged chunks), so global ids are still handed
+    out in first-appearance order: the vocabulary and the index are the same however many
+    processes tokenised.
+    """
+
+    def __init__(self, tokenizer: Tokenizer, workers: int, keep_tokens: bool = False):
+        self.tokenizer = tokenizer
+        self.vocab = _new_vocab()
+        self.flat, self.lens = array("i"), array("q")
+        self.kept: list[list[str]] | None = [] if keep_tokens else None
+        self.workers = 0 if keep_tokens else max(0, workers)
+        self._pending: list[str] = []
+        self._pool = None
+        self._results: Any = None
+        self._queue: Any = None
+        self.n = 0
+
+    def add(self, text: str) -> None:
+        self.n += 1
+        if self._pool is None and (self.workers < 1 or self.n <= PARALLEL_MIN_DOCS):
+            toks = self.tokenizer(text)
+            self.flat.extend(map(self.vocab.__getitem__, toks))
+            self.lens.append(len(toks))
+            if self.kept is not None:
+                self.kept.append(toks)
+            return
+        self._pending.append(text)
+        if len(self._pending) >= TOKENIZE_CHUNK:
+            self._submit()
+
+    def _submit(self) -> None:
+        import multiprocessing as mp
+        from collections import deque
+
+        if self._pool is None:
+            # fork where there is one: spawn would re-import the caller's __main__ (a script without
+            # an ``if __name__ == "__main__"`` guard would fail). The workers only run the tokenizer:
+            # no numba, torch or logging, so threads the parent holds do not matter to them.
+            method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+            self._pool = mp.get_context(method).Pool(self.workers, _tokenize_init, (self.tokenizer.config,))
+            self._queue = deque()
+            self._remap: dict[int, array] = {}
+        self._queue.append(self._pool.apply_async(_tokenize_chunk, (self._pending,)))
+        self._pending = []
+        while len(self._queue) > 2 * self.workers:  # bounded: at most a few chunks in flight
+            self._merge(self._queue.popleft().get())
+        while self._queue and self._queue[0].ready():
+            self._merge(self._queue.popleft().get())
+
+    def _merge(self, result: tuple[int, bytes, bytes, list[str]]) -> None:
+        pid, ids, lens, new = result
+        remap = self._remap.setdefault(pid, array("i"))  # the worker's id -> global id
+        remap.extend(map(self.vocab.__getitem__, new))
+        if ids:
+            table = np.frombuffer(remap, dtype=np.int32)
+            self.flat.frombytes(table[np.frombuffer(ids, dtype=np.int32)].tobytes())
+        self.lens.frombytes(lens)
+
+    def finish(self) -> tuple[array, array, dict[str, int], list[list[str]] | None]:
+        try:
+            if self._pool is not None:
+                if self._pending:
+                    self._submit()
+                while self._queue:
+                    self._merge(self._queue.popleft().get())
+        finally:
+            self.close()
+        return self.flat, self.lens, dict(self.vocab), self.kept
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+
+def _build_workers() -> int:
+    """Tokenising processes for a large build: one per core (this process only reads, stores and
+    merges, which keeps it idle part of the time); none on one core."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return n if n > 1 else 0
+
+
 def _build_from_stream(
     tmp: Path,
     passages: Iterable[Passage],
@@ -402,31 +600,28 @@ def _build_from_stream(
 ) -> tuple[dict[str, Any], array, array, dict[str, int], list[list[str]] | None]:
     """One pass: store each passage, hash it, tokenise it into flat token ids."""
     writer = CorpusWriter(tmp)
-    vocab = _new_vocab()
-    flat, lens = array("i"), array("q")
-    kept: list[list[str]] | None = [] if keep_tokens else None
+    sink = _TokenSink(tokenizer, _build_workers(), keep_tokens)
     try:
-        for p in tqdm(passages, desc="Index corpus", unit=" passages", disable=not show_progress):
+        for p in tqdm(passages, desc="Index corpus", unit=" passages", disable=not show_progress, mininterval=1.0):
             writer.add(p)
-            toks = tokenizer(p.full_text(" "))
-            flat.extend(map(vocab.__getitem__, toks))
-            lens.append(len(toks))
-            if kept is not None:
-                kept.append(toks)
+            sink.add(p.full_text(" "))
+        flat, lens, vocab, kept = sink.finish()
     finally:
+        sink.close()
         writer.close()
     stats = {"corpus_sha256": writer.hasher.hexdigest(), "n_docs": writer.hasher.count}
-    return stats, flat, lens, dict(vocab), kept
+    return stats, flat, lens, vocab, kept
 
 
 def _tokenize_store(store: CorpusStore, tokenizer: Tokenizer, show_progress: bool) -> tuple[array, array, dict[str, int]]:
-    vocab = _new_vocab()
-    flat, lens = array("i"), array("q")
-    for p in tqdm(store, total=len(store), desc="Tokenise stored corpus", disable=not show_progress):
-        toks = tokenizer(p.full_text(" "))
-        flat.extend(map(vocab.__getitem__, toks))
-        lens.append(len(toks))
-    return flat, lens, dict(vocab)
+    sink = _TokenSink(tokenizer, _build_workers())
+    try:
+        for p in tqdm(store, total=len(store), desc="Tokenise stored corpus", disable=not show_progress, mininterval=1.0):
+            sink.add(p.full_text(" "))
+        flat, lens, vocab, _ = sink.finish()
+    finally:
+        sink.close()
+    return flat, lens, vocab
 
 
 def _save_bm25s(
@@ -435,11 +630,20 @@ def _save_bm25s(
     """Build the bm25s arrays and save them to ``directory/bm25s`` (via a temporary folder)."""
     t0 = time.perf_counter()
     ids, lengths = np.frombuffer(flat, dtype=np.int32), np.frombuffer(lens, dtype=np.int64)
-    csc = build_csc(ids, lengths, len(vocab), params, show_progress=show_progress)
+    blocks = None
+    if _numba_available():  # counting sort and block maxima, compiled (same arrays as build_csc)
+        from .postings import block_meta, build_csc_compiled
+
+        csc = build_csc_compiled(ids, lengths, len(vocab), params)
+        blocks = block_meta(csc["indptr"], csc["indices"], csc["data"])
+    else:
+        csc = build_csc(ids, lengths, len(vocab), params, show_progress=show_progress)
     tmp = directory / f".{BM25S_DIR}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         Bm25sEngine.save(tmp, csc, vocab, params)
+        if blocks is not None:
+            save_blocks(tmp, blocks)
         shutil.rmtree(directory / BM25S_DIR, ignore_errors=True)  # an unfinished one, if any
         os.replace(tmp, directory / BM25S_DIR)
     except BaseException:
@@ -523,6 +727,21 @@ def open_index(
     return BM25Index(index_dir, info, eng)
 
 
+def load_index(index_dir: str | os.PathLike, backend: str = "auto") -> BM25Index:
+    """Open an index directory built before, without reading its corpus again (no hash check:
+    use :func:`open_index` to check that it belongs to a given corpus). bm25s engine only."""
+    index_dir = Path(index_dir)
+    if not (index_dir / INDEX_INFO).exists():
+        raise FileNotFoundError(f"{index_dir} is not a BM25 index folder (no {INDEX_INFO}); build one with open_index")
+    info = json.loads((index_dir / INDEX_INFO).read_text())
+    if info.get("format") != INDEX_FORMAT:
+        raise IndexMismatchError(f"index {index_dir}: unknown index format {info.get('format')!r} (expected {INDEX_FORMAT})")
+    if not (index_dir / BM25S_DIR / "params.index.json").exists():
+        raise IndexMismatchError(f"index {index_dir} has no bm25s arrays; open it with open_index to build them")
+    eng = Bm25sEngine.load(index_dir / BM25S_DIR, mmap=True, backend=resolve_backend(backend, 0, info["n_docs"]))
+    return BM25Index(index_dir, dict(info, timings={}), eng)
+
+
 def _build_index_dir(index_dir, corpus, tok, tokenizer, engine, params, show_progress):
     t0 = time.perf_counter()
     index_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -585,6 +804,22 @@ def topk_agreement(
     return hit / max(len(a), len(b))
 
 
+def topk_equal(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], rel_tol: float = 0.0) -> bool:
+    """Two top-k lists ``(rows, scores)`` are the same up to the order of tied scores: the same
+    scores position by position (within ``rel_tol``), and the same rows wherever the score is above
+    the last one (documents tied at the cut may differ: which of them make the cut is a tie rule)."""
+    (ra, sa), (rb, sb) = a, b
+    if len(ra) != len(rb):
+        return False
+    if not len(ra):
+        return True
+    sa, sb = np.asarray(sa, np.float64), np.asarray(sb, np.float64)
+    if not np.allclose(sa, sb, rtol=rel_tol, atol=0.0):
+        return False
+    cut = min(sa[-1], sb[-1]) * (1 + rel_tol)
+    return set(np.asarray(ra)[sa > cut].tolist()) == set(np.asarray(rb)[sb > cut].tolist())
+
+
 __all__ = [
     "ENGINES",
     "BM25Params",
@@ -597,7 +832,9 @@ __all__ = [
     "build_csc",
     "corpus_sha256",
     "okapi_idf",
+    "load_index",
     "open_index",
     "resolve_backend",
     "topk_agreement",
+    "topk_equal",
 ]

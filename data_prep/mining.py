@@ -108,7 +108,8 @@ class MiningConfig:
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     bm25: BM25Params = field(default_factory=BM25Params)
     num_shards: int = 1
-    bm25_backend: str = "auto"  # bm25s retrieval: numpy, numba, or auto (numba for large runs); in run.json as resolved
+    bm25_backend: str = "auto"  # bm25s retrieval: pruned, numpy, numba, or auto (pruned); in run.json as resolved
+    exhaustive: bool = False  # score every posting (the old path, for comparison): auto -> numpy or numba
     # run-only settings: they change speed, never the output
     batch_size: int = 256
     n_threads: int = 0  # retrieval threads (0: all cores)
@@ -153,7 +154,7 @@ class MiningConfig:
     def fingerprint(self) -> dict[str, Any]:
         """The settings that decide the output (compared on resume)."""
         d = asdict(self)
-        for k in ("batch_size", "n_threads", "dense_batch_size", "show_progress", "bm25_backend"):
+        for k in ("batch_size", "n_threads", "dense_batch_size", "show_progress", "bm25_backend", "exhaustive"):
             d.pop(k)
         d["window"] = list(self.window)
         if self.dense_model is None:
@@ -483,7 +484,7 @@ def run_mining(
     params = cfg.fingerprint()
     if cfg.engine == "bm25s":
         # numpy and numba may break exact score ties differently: one backend per run, recorded
-        params["bm25_backend"] = resolve_backend(cfg.bm25_backend, n_queries, len(index))
+        params["bm25_backend"] = resolve_backend(cfg.bm25_backend, n_queries, len(index), cfg.exhaustive)
         index.engine.set_backend(params["bm25_backend"])
         logger.info("bm25s backend: %s (%d queries x %d passages)", params["bm25_backend"], n_queries, len(index))
     run = {
@@ -669,8 +670,11 @@ def register(subparsers) -> None:
     g.add_argument("--no-lowercase", action="store_true", help="keep case")
     g.add_argument("--jieba-mode", choices=("search", "accurate"), default="search", help="zh: cut_for_search or lcut")
     g.add_argument("--bm25-backend", choices=BACKENDS, default="auto",
-                   help="bm25s retrieval backend; auto: numba (compiles once in ~25 s, then 2-6x faster) "
-                   "when queries x passages >= 5e9")
+                   help="retrieval backend; pruned: exact top k that skips most postings (numba); numpy, numba: "
+                   "bm25s's exhaustive scoring; auto: pruned (with --exhaustive: numba when queries x passages >= 5e9, "
+                   "else numpy)")
+    g.add_argument("--exhaustive", action="store_true",
+                   help="score every posting of every query term (the path before pruning, for comparison)")
     g.add_argument("--k1", type=float, default=1.5, help="BM25 term-frequency saturation")
     g.add_argument("--b", type=float, default=0.75, help="BM25 length normalisation")
 
@@ -716,7 +720,8 @@ def config_from_args(args: argparse.Namespace) -> MiningConfig:
         depth=args.depth, window=parse_window(args.window), negatives=args.negatives, sampling=args.sampling,
         easy_ratio=args.easy_ratio, seed=args.seed, exclude_answers=not args.keep_answer_hits, answer_hits=args.answer_hits,
         dense_model=args.dense_model, dense_margin=args.dense_margin, engine=args.engine, tokenizer=tok,
-        bm25=BM25Params(k1=args.k1, b=args.b), num_shards=num_shards, bm25_backend=args.bm25_backend, batch_size=args.batch_size,
+        bm25=BM25Params(k1=args.k1, b=args.b), num_shards=num_shards, bm25_backend=args.bm25_backend, exhaustive=args.exhaustive,
+        batch_size=args.batch_size,
         n_threads=args.threads, show_progress=not args.no_progress,
     )
 

@@ -25,6 +25,7 @@ import logging
 import re
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
+from itertools import filterfalse
 from typing import Any, Callable, Iterable
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ ENGLISH_STOPWORDS = frozenset(
 _ALNUM = r"[^\W_]+"
 _CODE_RE = re.compile(rf"{_ALNUM}(?:[-_./]{_ALNUM})*")
 _WORD_RE = re.compile(_ALNUM)
+_CONNECTORS = "-_./"
 # CJK ideographs (basic, extension A, compatibility) - the spans handed to jieba.
 _CJK_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
 
@@ -135,7 +137,7 @@ class Tokenizer:
     def _filter(self, words: list[str]) -> list[str]:
         stop = self._stop
         if stop:
-            words = [w for w in words if w not in stop]
+            words = list(filterfalse(stop.__contains__, words))
         if self._stem is not None:
             words = self._stem(words)
         return words
@@ -146,6 +148,9 @@ class Tokenizer:
     def _latin_codes(self, text: str) -> list[str]:
         # one pass finds words and whole codes; only text with codes needs a second pass for the parts
         toks = _CODE_RE.findall(text)
+        joined = "".join(toks)  # a code holds a connector; most texts have none (one C-speed scan)
+        if not any(c in joined for c in _CONNECTORS):
+            return self._filter(toks)
         codes = [t for t in toks if not t.isalnum()]
         if not codes:
             return self._filter(toks)

@@ -29,7 +29,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from ..io import STRICT, DataError, Rejects, iter_json_lines, parse_rows, require_path
+from ..io import STRICT, DataError, Rejects, iter_json_lines, open_binary, parse_rows, require_path
 from ..records import Passage, QueryExample
 from . import Source, register_format
 from .common import (
@@ -42,6 +42,7 @@ from .common import (
     id_str,
     iter_parquet_rows,
     iter_tsv,
+    iter_tsv_lines,
     join_qrels,
     maybe_fix,
     once,
@@ -102,6 +103,41 @@ def read_qrels(path: PathLike, rejects: Rejects | None = None) -> Iterator[Qrel]
         yield Qrel(qid=f[0], pid=f[2], score=score, line=n, raw=raw)
 
 
+def read_collection_ids(
+    path: PathLike, wanted: set[str], rejects: Rejects | None = None, fix_mojibake: bool = False
+) -> Iterator[Passage]:
+    """The passages of ``collection.tsv`` whose pid is in ``wanted`` (the qrels' passages).
+
+    Only those rows are decoded and checked; the others are split at their first tab and passed
+    over, so a pass over the 8.8M-line collection for the ~500k judged passages holds no other
+    passage and costs a fraction of a full read. Every row is checked by the corpus pass
+    (:func:`read_collection`), which mining runs first; a wanted row that is bad is rejected here
+    as there (once, through the source's shared rejects).
+    """
+    keys = {pid.encode("utf-8") for pid in wanted}
+    with open_binary(path) as f:
+        for n, raw in enumerate(f, 1):
+            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark, as iter_lines drops it
+                raw = raw[3:]
+            tab = raw.find(b"\t")
+            if tab < 0 or raw[:tab].strip() not in keys:
+                continue
+            yield from read_collection_lines(path, [(n, raw)], rejects, fix_mojibake)
+
+
+def read_collection_lines(path, lines, rejects, fix_mojibake) -> Iterator[Passage]:
+    """:func:`read_collection` over given ``(line_number, raw_bytes)`` rows (same checks but the
+    duplicate one, which needs every row)."""
+
+    def parse(n: int, f: list[str]) -> Passage:
+        pid = f[0].strip()
+        if not pid:
+            raise DataError(path, n, "empty passage id", "empty-id")
+        return Passage(id=pid, text=maybe_fix(check_text(path, n, f[1], "passage"), fix_mojibake))
+
+    yield from parse_rows(path, iter_tsv_lines(path, lines, ("pid", "passage"), rejects), parse, rejects)
+
+
 def _msmarco_examples(
     collection: Path, queries: Path, qrels: Path, rejects: Rejects | None, fix_mojibake: bool
 ) -> Iterator[QueryExample]:
@@ -109,7 +145,7 @@ def _msmarco_examples(
     qids = {r.qid for r in rows}
     pids = {r.pid for r in rows}
     texts = {qid: text for qid, text in read_queries(queries, rejects, fix_mojibake) if qid in qids}
-    passages = {p.id: p for p in read_collection(collection, rejects, fix_mojibake) if p.id in pids}
+    passages = {p.id: p for p in read_collection_ids(collection, pids, rejects, fix_mojibake)}
     yield from join_qrels(rows, qrels, texts, queries, passages, collection, rejects, "msmarco")
 
 
