@@ -28,6 +28,7 @@ a directory built before and refuses one whose corpus hash, tokenizer or BM25 pa
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -147,7 +148,7 @@ class CorpusStore:
 
     def __getitem__(self, row: int) -> Passage:
         start, end = int(self.offsets[row]), int(self.offsets[row + 1])
-        return Passage.from_dict(json.loads(os.pread(self._fd, end - start, start)))
+        return Passage.from_dict(json.loads(os.pread(self._fd, end - start, start).decode("utf-8")))
 
     def get_many(self, rows: Iterable[int]) -> list[Passage]:
         return [self[int(r)] for r in rows]
@@ -638,6 +639,7 @@ def _save_bm25s(
         blocks = block_meta(csc["indptr"], csc["indices"], csc["data"])
     else:
         csc = build_csc(ids, lengths, len(vocab), params, show_progress=show_progress)
+    remove_stale_temps(directory, BM25S_DIR)
     tmp = directory / f".{BM25S_DIR}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -742,9 +744,36 @@ def load_index(index_dir: str | os.PathLike, backend: str = "auto") -> BM25Index
     return BM25Index(index_dir, dict(info, timings={}), eng)
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def remove_stale_temps(parent: Path, name: str) -> int:
+    """Remove ``parent/.NAME.tmp-PID`` folders whose process is gone (a build killed with
+    ``kill -9`` or by a full disk leaves one; a live build's own is kept). Returns how many."""
+    n = 0
+    for tmp in Path(parent).glob(f".{name}.tmp-*"):
+        try:
+            pid = int(tmp.name.rsplit("-", 1)[1])
+        except ValueError:
+            continue
+        if pid != os.getpid() and not _pid_alive(pid):
+            logger.warning("removing %s, left by a build (pid %d) that did not finish", tmp, pid)
+            shutil.rmtree(tmp, ignore_errors=True)
+            n += 1
+    return n
+
+
 def _build_index_dir(index_dir, corpus, tok, tokenizer, engine, params, show_progress):
     t0 = time.perf_counter()
     index_dir.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(index_dir.parent, index_dir.name)
     tmp = index_dir.parent / f".{index_dir.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -774,6 +803,13 @@ def _build_index_dir(index_dir, corpus, tok, tokenizer, engine, params, show_pro
             if other["corpus_sha256"] != info["corpus_sha256"]:
                 raise IndexMismatchError(f"index {index_dir} appeared while building, from another corpus") from None
             shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno == errno.ENOSPC:
+            raise OSError(e.errno, f"the disk filled while building the index {index_dir} ({e}); the unfinished "
+                          "build was removed and no index was left; free space (the index takes about the corpus "
+                          "file's size again, plus 8 bytes a token) and rerun") from e
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -817,7 +853,11 @@ def topk_equal(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray
     if not np.allclose(sa, sb, rtol=rel_tol, atol=0.0):
         return False
     cut = min(sa[-1], sb[-1]) * (1 + rel_tol)
-    return set(np.asarray(ra)[sa > cut].tolist()) == set(np.asarray(rb)[sb > cut].tolist())
+    above_a = sorted(zip(np.asarray(ra)[sa > cut].tolist(), sa[sa > cut].tolist()))
+    above_b = sorted(zip(np.asarray(rb)[sb > cut].tolist(), sb[sb > cut].tolist()))
+    if [r for r, _ in above_a] != [r for r, _ in above_b]:
+        return False
+    return bool(np.allclose([s for _, s in above_a], [s for _, s in above_b], rtol=rel_tol, atol=0.0))
 
 
 __all__ = [
@@ -834,6 +874,7 @@ __all__ = [
     "okapi_idf",
     "load_index",
     "open_index",
+    "remove_stale_temps",
     "resolve_backend",
     "topk_agreement",
     "topk_equal",

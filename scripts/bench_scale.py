@@ -14,13 +14,16 @@ which is their positive.
   ``peak_rss_mb`` the largest resident memory of this process and its children, sampled every
   0.2 s, while indexing and while mining.
 * **Lucene**: Anserini's ``IndexCollection`` on the same tokens (our tokenizer's output, a JSON
-  collection read with ``-pretokenized``), ``SearchCollection -bm25`` with the same k1 and b, the
-  same thread count and depth; ``search_qps`` is the rate Anserini logs (JVM start-up excluded).
+  collection read with ``-pretokenized``), ``SearchCollection`` with the same k1 and b, the same
+  thread count and depth; ``search_qps`` is the rate Anserini logs (JVM start-up excluded). Two
+  similarities, each with its own index: ``bm25accurate`` (exact document lengths, the one whose
+  figures are the top-level ``ratio_search`` and ``top100_overlap``) and ``bm25`` (Lucene's default,
+  lengths stored in one byte), both under ``lucene_variants``.
   Lucene needs Java 21+ and Anserini's fat jar (``pip install 'crag-evaluators[bench]'``); without
   them this half is skipped with the command to run.
 * **Same work**: ``top100_overlap`` is the mean share of each query's top 100 found in both. Lucene
-  scores with its own idf (``log(1 + (N - df + 0.5) / (df + 0.5))``) and one-byte document lengths,
-  so the lists differ slightly; the run fails (exit 1) if the overlap falls under ``--min-overlap``.
+  scores with its own idf (``log(1 + (N - df + 0.5) / (df + 0.5))``; ours is Okapi's, as rank-bm25)
+  and, by default, one-byte document lengths, so the lists differ slightly; the run fails (exit 1) if the overlap falls under ``--min-overlap``.
   Our pruned search is also checked against our exhaustive search on ``--exhaustive-queries``
   queries (``pruned_equals_exhaustive``, tie-aware), whose rate is reported too.
 
@@ -185,26 +188,35 @@ def run_lucene(args, corpus_n: int, queries: list[QueryExample], work: Path) -> 
     coll, index = work / "lucene-collection", work / "lucene-index"
     logger.info("Lucene: writing the pretokenized collection (%d processes; not timed)", args.threads)
     prep_s = write_lucene_collection(corpus_n, args.seed, coll, args.threads)
-    logger.info("Lucene: IndexCollection (%d threads)", args.threads)
-    index_s = ans.index(coll, index, args.threads, pretokenized=True, store_raw=True, log=work / "lucene-index.log")
-    shutil.rmtree(coll)
     tok = build_tokenizer()
     texts = [" ".join(tok(q.query)) for q in queries]
-    logger.info("Lucene: SearchCollection over %d queries", len(texts))
-    res = ans.search(index, texts, args.k, args.threads, BM25Params().k1, BM25Params().b, True, work)
-    return {
-        "index_s": round(index_s, 1),
-        "index_bytes": dir_bytes(index),
-        "search_qps": res.logged_qps,
-        "search_wall_s": round(res.wall_s, 1),
-        "prepare_collection_s": round(prep_s, 1),
-        "anserini": ans.version,
-        "java": ans.java,
-        "settings": f"IndexCollection -collection JsonCollection -pretokenized -storeRaw -threads {args.threads}; "
-        f"SearchCollection -bm25 -bm25.k1 {BM25Params().k1} -bm25.b {BM25Params().b} -hits {args.k} "
-        f"-threads {args.threads} -pretokenized -topicReader TsvInt",
-        "_hits": res.hits,
-    }
+    out = {}
+    for variant in args.lucene_variants.split(","):
+        accurate = variant == "bm25accurate"
+        flag = "-bm25.accurate" if accurate else "-bm25"
+        logger.info("Lucene %s: IndexCollection (%d threads)", variant, args.threads)
+        index_s = ans.index(coll, index, args.threads, pretokenized=True, store_raw=True, accurate=accurate,
+                            log=work / f"lucene-index-{variant}.log")
+        logger.info("Lucene %s: SearchCollection over %d queries", variant, len(texts))
+        wd = work / f"lucene-run-{variant}"
+        wd.mkdir()
+        res = ans.search(index, texts, args.k, args.threads, BM25Params().k1, BM25Params().b, True, wd, accurate=accurate)
+        out[variant] = {
+            "index_s": round(index_s, 1),
+            "index_bytes": dir_bytes(index),
+            "search_qps": res.logged_qps,
+            "search_wall_s": round(res.wall_s, 1),
+            "prepare_collection_s": round(prep_s, 1),
+            "anserini": ans.version,
+            "java": ans.java,
+            "settings": f"IndexCollection -collection JsonCollection -pretokenized -storeRaw -threads {args.threads}"
+            f"{' -bm25.accurate' if accurate else ''}; SearchCollection {flag} -bm25.k1 {BM25Params().k1} "
+            f"-bm25.b {BM25Params().b} -hits {args.k} -threads {args.threads} -pretokenized -topicReader TsvInt",
+            "_hits": res.hits,
+        }
+        shutil.rmtree(index)
+    shutil.rmtree(coll)
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -261,16 +273,22 @@ def run(args) -> dict:
         del ix
         shutil.rmtree(out / "index")
         res["ours"] = ours
-        lucene = None if args.no_lucene else run_lucene(args, args.docs, queries, work)
-        if lucene is not None:
-            hits = lucene.pop("_hits")
-            overlap = []
-            for (rows, _), lh in zip(ours_hits, hits):
-                a, b = {str(int(r)) for r in rows}, {d for d, _ in lh}
-                overlap.append(len(a & b) / max(len(a), len(b), 1))
-            res["lucene"] = lucene
-            res["ratio_search"] = round(ours["search_qps"] / lucene["search_qps"], 2) if lucene["search_qps"] else None
-            res["top100_overlap"] = round(float(np.mean(overlap)), 4)
+        variants = None if args.no_lucene else run_lucene(args, args.docs, queries, work)
+        if variants:
+            for name, lucene in variants.items():
+                hits = lucene.pop("_hits")
+                overlap = []
+                for (rows, _), lh in zip(ours_hits, hits):
+                    a, b = {str(int(r)) for r in rows}, {d for d, _ in lh}
+                    overlap.append(len(a & b) / max(len(a), len(b), 1))
+                lucene["ratio_search"] = round(ours["search_qps"] / lucene["search_qps"], 2) if lucene["search_qps"] else None
+                lucene["top100_overlap"] = round(float(np.mean(overlap)), 4)
+            first = next(iter(variants))
+            res["lucene"] = {k: v for k, v in variants[first].items() if k not in ("ratio_search", "top100_overlap")}
+            res["lucene"]["similarity"] = first
+            res["ratio_search"] = variants[first]["ratio_search"]
+            res["top100_overlap"] = variants[first]["top100_overlap"]
+            res["lucene_variants"] = variants
         else:
             res["lucene"] = None
             res["lucene_skipped"] = "install Java 21+ and Anserini's jar: pip install 'crag-evaluators[bench]'"
@@ -296,6 +314,10 @@ def main(argv=None) -> int:
     ap.add_argument("--min-overlap", type=float, default=0.9, help="fail when the top-100 overlap is lower")
     ap.add_argument("--no-lucene", action="store_true", help="skip the Lucene half")
     ap.add_argument("--lucene-heap", default=None, help="JVM -Xmx for Anserini (default: the JVM's)")
+    ap.add_argument("--lucene-variants", default="bm25accurate,bm25",
+                    help="Lucene similarities to run, comma-separated; the first gives ratio_search and top100_overlap. "
+                    "bm25accurate: exact document lengths (-bm25.accurate), the closer to our scores; bm25: Lucene's "
+                    "default one-byte lengths")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tmp", default=None, help="folder for the indexes (needs ~3x the corpus on disk)")
     ap.add_argument("--no-progress", action="store_true")

@@ -196,3 +196,42 @@ def test_index_built_for_rank_bm25_gains_bm25s_arrays_on_reuse(tmp_path, nq_pass
     assert "bm25s_build_s" in fast.info["timings"] and (tmp_path / "ix" / "bm25s" / "params.index.json").exists()
     for (ra, _), (rb, _) in zip(fast.search(nq_questions[:20], 5), ref.search(nq_questions[:20], 5)):
         assert topk_agreement(ra, rb) >= 0.8
+
+
+@pytest.mark.parametrize("where", ["store", "arrays"])
+def test_disk_full_while_indexing_leaves_no_index(tmp_path, monkeypatch, where):
+    import errno
+
+    from data_prep import bm25 as B
+
+    passages = _zipf_corpus(300)
+    full = OSError(errno.ENOSPC, "No space left on device")
+    if where == "store":
+        real_add, n = B.CorpusWriter.add, [0]
+
+        def add(self, p):
+            n[0] += 1
+            if n[0] > 100:
+                raise full
+            return real_add(self, p)
+
+        monkeypatch.setattr(B.CorpusWriter, "add", add)
+    else:
+        monkeypatch.setattr(B.Bm25sEngine, "save", staticmethod(lambda *a, **k: (_ for _ in ()).throw(full)))
+    with pytest.raises(OSError, match=r"the disk filled while building the index .*ix.*no index was left"):
+        open_index(tmp_path / "ix", lambda: iter(passages), show_progress=False)
+    assert not (tmp_path / "ix").exists() and not list(tmp_path.glob(".ix.tmp-*"))
+    monkeypatch.undo()
+    assert len(open_index(tmp_path / "ix", lambda: iter(passages), show_progress=False)) == 300  # room again: builds
+
+
+def test_a_killed_build_leaves_a_folder_the_next_build_removes(tmp_path):
+    import os
+
+    dead = tmp_path / ".ix.tmp-999999999"  # no such process
+    dead.mkdir()
+    (dead / "corpus.jsonl").write_text("half")
+    live = tmp_path / f".ix.tmp-{os.getppid()}"  # a running process's build is left alone
+    live.mkdir()
+    open_index(tmp_path / "ix", lambda: iter(_zipf_corpus(50)), show_progress=False)
+    assert not dead.exists() and live.exists()

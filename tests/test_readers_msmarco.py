@@ -112,6 +112,8 @@ def test_msmarco_qrels_judged_zero_is_a_negative(tmp_path):
     "file, row, message, kind",
     [
         ("collection.tsv", b"7003\tdup text\n", r"collection\.tsv:15: duplicate passage id '7003'", "duplicate-id"),
+        ("collection.tsv", b"7100 no tab in this line\n", r"collection\.tsv:15: wrong number of columns: expected 2 tab-separated \(pid, passage\), got 1", "columns"),
+        ("collection.tsv", b"7000\tthe judged passage again\n", r"collection\.tsv:15: duplicate passage id '7000'", "duplicate-id"),
         ("collection.tsv", b"7100\ttext\textra\n", r"collection\.tsv:15: wrong number of columns: expected 2 tab-separated \(pid, passage\), got 3", "columns"),
         ("collection.tsv", b"7100\t   \n", r"collection\.tsv:15: empty passage", "empty-passage"),
         ("collection.tsv", b"7100\tcaf\xe9\n", r"collection\.tsv:15: invalid UTF-8 byte 0xe9 at column 9", "encoding"),

@@ -115,27 +115,24 @@ def read_collection_ids(
     as there (once, through the source's shared rejects).
     """
     keys = {pid.encode("utf-8") for pid in wanted}
-    with open_binary(path) as f:
-        for n, raw in enumerate(f, 1):
-            if n == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark, as iter_lines drops it
-                raw = raw[3:]
-            tab = raw.find(b"\t")
-            if tab < 0 or raw[:tab].strip() not in keys:
-                continue
-            yield from read_collection_lines(path, [(n, raw)], rejects, fix_mojibake)
+    seen = SeenIds("passage")  # a wanted id twice: the second is the duplicate the corpus pass rejects too
 
-
-def read_collection_lines(path, lines, rejects, fix_mojibake) -> Iterator[Passage]:
-    """:func:`read_collection` over given ``(line_number, raw_bytes)`` rows (same checks but the
-    duplicate one, which needs every row)."""
+    def rows() -> Iterator[tuple[int, bytes]]:
+        with open_binary(path) as f:
+            for n, raw in enumerate(f, 1):
+                if n == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark, as iter_lines drops it
+                    raw = raw[3:]
+                tab = raw.find(b"\t")
+                if tab >= 0 and raw[:tab].strip() in keys:
+                    yield n, raw
 
     def parse(n: int, f: list[str]) -> Passage:
         pid = f[0].strip()
-        if not pid:
-            raise DataError(path, n, "empty passage id", "empty-id")
-        return Passage(id=pid, text=maybe_fix(check_text(path, n, f[1], "passage"), fix_mojibake))
+        text = maybe_fix(check_text(path, n, f[1], "passage"), fix_mojibake)
+        seen.check(path, n, pid)
+        return Passage(id=pid, text=text)
 
-    yield from parse_rows(path, iter_tsv_lines(path, lines, ("pid", "passage"), rejects), parse, rejects)
+    yield from parse_rows(path, iter_tsv_lines(path, rows(), ("pid", "passage"), rejects), parse, rejects)
 
 
 def _msmarco_examples(
