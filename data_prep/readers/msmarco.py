@@ -29,7 +29,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from ..io import STRICT, DataError, Rejects, iter_json_lines, open_binary, parse_rows, require_path
+from ..io import STRICT, DataError, Rejects, empty_file_error, iter_json_lines, open_binary, parse_rows, require_path
 from ..records import Passage, QueryExample
 from . import Source, register_format
 from .common import (
@@ -118,13 +118,17 @@ def read_collection_ids(
     seen = SeenIds("passage")  # a wanted id twice: the second is the duplicate the corpus pass rejects too
 
     def rows() -> Iterator[tuple[int, bytes]]:
+        content = False
         with open_binary(path) as f:
             for n, raw in enumerate(f, 1):
                 if n == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark, as iter_lines drops it
                     raw = raw[3:]
+                content = content or bool(raw.strip())
                 tab = raw.find(b"\t")
                 if tab >= 0 and raw[:tab].strip() in keys:
                     yield n, raw
+        if not content:
+            raise empty_file_error(path)  # as a full read says, not "passage not in the collection"
 
     def parse(n: int, f: list[str]) -> Passage:
         pid = f[0].strip()
