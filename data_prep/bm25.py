@@ -770,13 +770,20 @@ def remove_stale_temps(parent: Path, name: str) -> int:
     return n
 
 
-def _build_index_dir(index_dir, corpus, tok, tokenizer, engine, params, show_progress):
-    t0 = time.perf_counter()
-    index_dir.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(index_dir.parent, index_dir.name)
-    tmp = index_dir.parent / f".{index_dir.name}.tmp-{os.getpid()}"
+def new_build_dir(target: Path) -> Path:
+    """An empty ``.NAME.tmp-PID`` folder beside ``target`` to build it in (renamed into place when
+    done), after removing those that dead builds left."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(target.parent, target.name)
+    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
+    return tmp
+
+
+def _build_index_dir(index_dir, corpus, tok, tokenizer, engine, params, show_progress):
+    t0 = time.perf_counter()
+    tmp = new_build_dir(index_dir)
     try:
         stats, flat, lens, vocab, kept = _build_from_stream(tmp, corpus(), tokenizer, engine == "rank-bm25", show_progress)
         if stats["n_docs"] == 0:
@@ -873,6 +880,7 @@ __all__ = [
     "corpus_sha256",
     "okapi_idf",
     "load_index",
+    "new_build_dir",
     "open_index",
     "remove_stale_temps",
     "resolve_backend",

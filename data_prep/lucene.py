@@ -17,6 +17,7 @@ lucene --lucene-index DIR`` (mining against a Lucene index a user already has).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -250,8 +251,6 @@ def write_json_collection(docs: Iterable[tuple[str, str] | dict], out_dir: Path,
 def index_fingerprint(index_dir: Path) -> str:
     """A sha256 over the index's file names and sizes (a Lucene index is write-once per segment:
     another index, or the same one changed, has other files)."""
-    import hashlib
-
     h = hashlib.sha256()
     for f in sorted(Path(index_dir).iterdir()):
         if f.is_file() and f.name != "write.lock":
@@ -287,17 +286,22 @@ class IdRows:
         self.hashes, self.rows = hashes, rows
 
     @staticmethod
-    def hash(ids: Iterable[str]) -> np.ndarray:
-        import hashlib
+    def hash_one(i: str) -> int:
+        return int.from_bytes(hashlib.blake2b(i.encode("utf-8"), digest_size=8).digest(), "little")
 
-        return np.fromiter((int.from_bytes(hashlib.blake2b(i.encode("utf-8"), digest_size=8).digest(), "little")
-                            for i in ids), dtype=np.uint64)
+    @classmethod
+    def hash(cls, ids: Iterable[str]) -> np.ndarray:
+        return np.fromiter(map(cls.hash_one, ids), dtype=np.uint64)
+
+    @classmethod
+    def from_hashes(cls, h: np.ndarray) -> "IdRows":
+        """From the ids' hashes in row order."""
+        order = np.argsort(h, kind="stable")
+        return cls(h[order], order.astype(np.int64))
 
     @classmethod
     def build(cls, ids: Iterable[str]) -> "IdRows":
-        h = cls.hash(ids)
-        order = np.argsort(h, kind="stable")
-        return cls(h[order], order.astype(np.int64))
+        return cls.from_hashes(cls.hash(ids))
 
     def save(self, path: Path) -> None:
         np.save(path, np.stack([self.hashes.view(np.int64), self.rows]))

@@ -47,6 +47,7 @@ import platform
 import random
 import shutil
 import time
+from array import array
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -565,7 +566,7 @@ def _open_lucene(cfg: MiningConfig, out: Path, store_dir: Path, corpus: Callable
 def _corpus_store(directory: Path, corpus: Callable[[], Iterator[Passage]], show_progress: bool):
     """A corpus store with an id lookup (no BM25 arrays): built in a temporary folder and renamed
     into place, or reused when its recorded sha256 matches the corpus streamed again."""
-    from .bm25 import CorpusStore, CorpusWriter, corpus_sha256, remove_stale_temps
+    from .bm25 import CorpusStore, CorpusWriter, corpus_sha256, new_build_dir
     from .lucene import IdRows
 
     info_path = directory / "store.json"
@@ -576,22 +577,18 @@ def _corpus_store(directory: Path, corpus: Callable[[], Iterator[Passage]], show
             raise ValueError(f"{directory} holds the store of another corpus ({info['n_docs']} passages, sha256 "
                              f"{info['corpus_sha256'][:12]}...); use another --index-dir or delete that one")
         return CorpusStore(directory), IdRows.load(directory / "ids.npy"), sha
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(directory.parent, directory.name)
-    tmp = directory.parent / f".{directory.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    tmp = new_build_dir(directory)
     try:
         writer = CorpusWriter(tmp)
-        ids: list[str] = []
+        hashes = array("Q")  # 8 bytes a passage id, not the ids
         try:
             for p in tqdm(corpus(), desc="Store corpus", unit=" passages", disable=not show_progress, mininterval=1.0):
                 writer.add(p)
-                ids.append(p.id)
+                hashes.append(IdRows.hash_one(p.id))
         finally:
             writer.close()
-        IdRows.build(ids).save(tmp / "ids.npy")
-        del ids
+        IdRows.from_hashes(np.frombuffer(hashes, dtype=np.uint64)).save(tmp / "ids.npy")
+        del hashes
         write_json(tmp / "store.json", {"corpus_sha256": writer.hasher.hexdigest(), "n_docs": writer.hasher.count})
         os.replace(tmp, directory)
     except BaseException:

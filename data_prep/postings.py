@@ -81,22 +81,29 @@ def _sort_small(a):
 
 
 @njit(cache=True, nogil=True)
+def _doc_sorted(flat, lo, hi, buf):
+    """Document ``flat[lo:hi]``'s token ids, sorted, in ``buf`` (grown when too small)."""
+    n = hi - lo
+    if len(buf) < n:
+        buf = np.empty(2 * n, flat.dtype)
+    tok = buf[:n]
+    tok[:] = flat[lo:hi]
+    if n > 64:
+        tok.sort()
+    else:
+        _sort_small(tok)
+    return tok, buf
+
+
+@njit(cache=True, nogil=True)
 def _count_df(flat, starts, n_vocab):
     df = np.zeros(n_vocab, np.int64)
     buf = np.empty(0, flat.dtype)
     for d in range(len(starts) - 1):
-        lo, hi = starts[d], starts[d + 1]
-        n = hi - lo
+        n = starts[d + 1] - starts[d]
         if n == 0:
             continue
-        if len(buf) < n:
-            buf = np.empty(2 * n, flat.dtype)
-        tok = buf[:n]
-        tok[:] = flat[lo:hi]
-        if n > 64:
-            tok.sort()
-        else:
-            _sort_small(tok)
+        tok, buf = _doc_sorted(flat, starts[d], starts[d + 1], buf)
         df[tok[0]] += 1
         for j in range(1, n):
             if tok[j] != tok[j - 1]:
@@ -109,18 +116,10 @@ def _scatter(flat, starts, indptr, idf, norm, k1p1, indices, data):
     cursor = indptr[:-1].copy()
     buf = np.empty(0, flat.dtype)
     for d in range(len(starts) - 1):
-        lo, hi = starts[d], starts[d + 1]
-        n = hi - lo
+        n = starts[d + 1] - starts[d]
         if n == 0:
             continue
-        if len(buf) < n:
-            buf = np.empty(2 * n, flat.dtype)
-        tok = buf[:n]
-        tok[:] = flat[lo:hi]
-        if n > 64:
-            tok.sort()
-        else:
-            _sort_small(tok)
+        tok, buf = _doc_sorted(flat, starts[d], starts[d + 1], buf)
         j = 0
         while j < n:
             t = tok[j]
@@ -240,31 +239,51 @@ def _worse(s1, r1, s2, r2):
 
 
 @njit(cache=True, nogil=True)
+def _swap(hs, hr, i, j):
+    hs[i], hs[j] = hs[j], hs[i]
+    hr[i], hr[j] = hr[j], hr[i]
+
+
+@njit(cache=True, nogil=True)
 def _sift_down(hs, hr, n, i):
+    """The k-best heap keeps its worst entry at the root (a min-heap under :func:`_worse`)."""
     while True:
         c = 2 * i + 1
         if c >= n:
             return
         if c + 1 < n and _worse(hs[c + 1], hr[c + 1], hs[c], hr[c]):
             c += 1
-        if _worse(hs[c], hr[c], hs[i], hr[i]):
-            hs[i], hs[c] = hs[c], hs[i]
-            hr[i], hr[c] = hr[c], hr[i]
-            i = c
-        else:
+        if not _worse(hs[c], hr[c], hs[i], hr[i]):
             return
+        _swap(hs, hr, i, c)
+        i = c
 
 
 @njit(cache=True, nogil=True)
 def _sift_up(hs, hr, i):
     while i > 0:
         p = (i - 1) >> 1
-        if _worse(hs[i], hr[i], hs[p], hr[p]):
-            hs[i], hs[p] = hs[p], hs[i]
-            hr[i], hr[p] = hr[p], hr[i]
-            i = p
-        else:
+        if not _worse(hs[i], hr[i], hs[p], hr[p]):
             return
+        _swap(hs, hr, i, p)
+        i = p
+
+
+@njit(cache=True, nogil=True)
+def _offer(hs, hr, hn, k, sc, d):
+    """Offer document ``d`` scoring ``sc`` to the k-best heap of ``hn`` entries; returns the new
+    size and whether it entered."""
+    if hn < k:
+        hs[hn] = sc
+        hr[hn] = d
+        _sift_up(hs, hr, hn)
+        return hn + 1, True
+    if _worse(hs[0], hr[0], sc, d):
+        hs[0] = sc
+        hr[0] = d
+        _sift_down(hs, hr, hn, 0)
+        return hn, True
+    return hn, False
 
 
 @njit(cache=True, nogil=True)
@@ -273,8 +292,7 @@ def _finish(hs, hr, n, out_rows, out_scores):
     # heap sort: repeatedly move the worst to the end
     m = n
     while m > 1:
-        hs[0], hs[m - 1] = hs[m - 1], hs[0]
-        hr[0], hr[m - 1] = hr[m - 1], hr[0]
+        _swap(hs, hr, 0, m - 1)
         m -= 1
         _sift_down(hs, hr, m, 0)
     for i in range(n):
@@ -435,18 +453,8 @@ def _search_one(terms, indptr, indices, data, bptr, blast, bmax, tmax, k, block,
                 sc += contrib[pos_slot[p]]
         if not sc > 0:
             continue
-        if hn < k:
-            hs[hn] = sc
-            hr[hn] = d
-            _sift_up(hs, hr, hn)
-            hn += 1
-        elif _worse(hs[0], hr[0], sc, d):
-            hs[0] = sc
-            hr[0] = d
-            _sift_down(hs, hr, hn, 0)
-        else:
-            continue
-        if hn == k:
+        hn, entered = _offer(hs, hr, hn, k, sc, d)
+        if entered and hn == k:
             theta = np.float64(hs[0])
             while fe < nu and _out(cum[fe], slack, theta, theta0, True):
                 fe += 1
@@ -475,17 +483,8 @@ def _exhaustive_one(terms, indptr, indices, data, n_docs, k, out_rows, out_score
     hn = 0
     for d in range(n_docs):
         sc = acc[d]
-        if not sc > 0:
-            continue
-        if hn < k:
-            hs[hn] = sc
-            hr[hn] = d
-            _sift_up(hs, hr, hn)
-            hn += 1
-        elif _worse(hs[0], hr[0], sc, d):
-            hs[0] = sc
-            hr[0] = d
-            _sift_down(hs, hr, hn, 0)
+        if sc > 0:
+            hn, _ = _offer(hs, hr, hn, k, sc, d)
     _finish(hs, hr, hn, out_rows, out_scores)
     return hn
 

@@ -126,4 +126,5 @@ def test_msmarco_full_path_streams_resumes_after_sigkill_and_stays_in_memory(tmp
     assert (out / "examples.jsonl").read_bytes() == (tmp_path / "whole" / "examples.jsonl").read_bytes()
     n = sum(1 for _ in open(out / "examples.jsonl"))
     assert n == N_QUERIES
+    print(f"peak RSS per run (MB): {np.round(peaks).tolist()}")
     assert max(peaks) < PEAK_MB, f"peak RSS {max(peaks):.0f} MB (runs: {np.round(peaks)})"
