@@ -351,3 +351,14 @@ def test_cli_mines_the_bundled_nq_sample(tmp_path):
     # and other parameters are refused with a readable error (exit code 2)
     assert main(["mine", "--format", "nq-open", "--input", str(NQ_SAMPLE), "--output", str(out), "--no-progress",
                  "--num-shards", "2", "--negatives", "5"]) == 2
+
+
+def test_pruned_and_exhaustive_backends_mine_the_same_examples(tmp_path, nq_small):
+    passages, queries = nq_small
+    src = _source(passages, queries)
+    a = run_mining(src, tmp_path / "pruned", _cfg())
+    b = run_mining(src, tmp_path / "exhaustive", _cfg(exhaustive=True))
+    assert a["params"]["bm25_backend"] == "pruned" and b["params"]["bm25_backend"] == "numpy"
+    assert (tmp_path / "pruned" / "examples.jsonl").read_bytes() == (tmp_path / "exhaustive" / "examples.jsonl").read_bytes()
+    with pytest.raises(ValueError, match="cannot use the pruned backend"):
+        run_mining(src, tmp_path / "c", _cfg(exhaustive=True, bm25_backend="pruned"))
