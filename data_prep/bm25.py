@@ -238,7 +238,6 @@ def build_csc(
 #: :mod:`data_prep.postings`), and the exhaustive paths of bm25s itself, ``numpy`` and ``numba``
 #: (every posting of every query term scored). ``auto``: pruned when numba is installed.
 BACKENDS = ("auto", "pruned", "numpy", "numba")
-EXHAUSTIVE = ("numpy", "numba")
 #: queries x passages from which the exhaustive "auto" picks numba. Measured on 2 cores: the numpy
 #: path answers ~2,700 q/s at 50k passages and ~600 at 300k (1.4-1.8e8 query-passages/s), numba
 #: ~5,500 and ~1,300 after compiling for ~20-25 s, so numba pays off from ~5e9.
@@ -522,7 +521,6 @@ class _TokenSink:
         self.workers = 0 if keep_tokens else max(0, workers)
         self._pending: list[str] = []
         self._pool = None
-        self._results: Any = None
         self._queue: Any = None
         self.n = 0
 

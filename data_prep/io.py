@@ -235,18 +235,26 @@ def iter_lines(
     rejects: Rejects | None = None,
     skip_blank: bool = True,
     allow_empty: bool = False,
+    keep: Callable[[bytes], bool] | None = None,
 ) -> Iterator[tuple[int, str, bytes]]:
     """Yield ``(line_number, text, raw_bytes)`` for each line, 1-based, newline stripped.
 
     Lines that are not valid UTF-8 go to ``rejects`` (kind ``encoding``); blank lines are skipped.
     A file without a single non-blank line raises :func:`empty_file_error` once it has been read
     (``allow_empty=True``: yields nothing instead, for outputs of this package whose splits may be
-    empty). A damaged ``.gz`` raises ``corrupt-gzip`` (see :func:`open_binary`).
+    empty). A damaged ``.gz`` raises ``corrupt-gzip`` (see :func:`open_binary`). ``keep(raw)``,
+    when given, picks lines by their bytes (a leading byte-order mark removed) before anything else
+    is done with them: the others are passed over undecoded and unchecked.
     """
     rejects = rejects or STRICT
     seen = False
     with open_binary(path) as f:
         for n, raw in enumerate(f, 1):
+            if keep is not None:
+                line = raw[3:] if n == 1 and raw.startswith(b"\xef\xbb\xbf") else raw
+                if not keep(line):
+                    seen = seen or bool(line.strip())
+                    continue
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as e:

@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -358,6 +357,9 @@ class LuceneIndex:
 
         self._hits.clear()
         texts = list(dict.fromkeys(queries))
+        if self.texts == "index" and self.store is not None:
+            self.store.close()  # the previous shard's hits, in the folder removed next
+            self.store = None
         shutil.rmtree(self.work, ignore_errors=True)
         self.work.mkdir(parents=True)
         t0 = time.perf_counter()
@@ -376,8 +378,6 @@ class LuceneIndex:
                 self._hits[q] = (rows.astype(np.int64), np.asarray([s for _, s in hits], np.float32))
             return
         # texts from the index: one store of the shard's distinct hits
-        if self.store is not None:
-            self.store.close()
         writer = CorpusWriter(self.work)
         row_of: dict[str, int] = {}
         t0 = time.perf_counter()
@@ -416,9 +416,5 @@ def dir_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
-def temp_workdir(parent: str | os.PathLike | None = None) -> tempfile.TemporaryDirectory:
-    return tempfile.TemporaryDirectory(prefix="lucene-", dir=parent)
-
-
-__all__ = ["Anserini", "IdRows", "LuceneError", "LuceneIndex", "RunResult", "check_index", "find_jar", "find_java",
+__all__ = ["Anserini", "IdRows", "dir_bytes", "LuceneError", "LuceneIndex", "RunResult", "check_index", "find_jar", "find_java",
            "index_fingerprint", "passage_from_raw", "read_run", "write_json_collection", "MIN_JAVA"]

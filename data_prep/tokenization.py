@@ -148,13 +148,10 @@ class Tokenizer:
     def _latin_codes(self, text: str) -> list[str]:
         # one pass finds words and whole codes; only text with codes needs a second pass for the parts
         toks = _CODE_RE.findall(text)
-        joined = "".join(toks)  # a code holds a connector; most texts have none (one C-speed scan)
+        joined = "".join(toks)  # only a code holds a connector; most texts have none (one C-speed scan)
         if not any(c in joined for c in _CONNECTORS):
             return self._filter(toks)
-        codes = [t for t in toks if not t.isalnum()]
-        if not codes:
-            return self._filter(toks)
-        return self._filter(_WORD_RE.findall(text)) + codes
+        return self._filter(_WORD_RE.findall(text)) + [t for t in toks if not t.isalnum()]
 
     # -- Chinese text -------------------------------------------------------------------------
     def _chinese(self, text: str) -> list[str]:

@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_mining import SynthCorpus, machine  # noqa: E402
 from data_prep.bm25 import BM25Params, load_index, topk_equal  # noqa: E402
+from data_prep.lucene import dir_bytes  # noqa: E402
 from data_prep.mining import MiningConfig, run_mining  # noqa: E402
 from data_prep.readers import Source  # noqa: E402
 from data_prep.records import Passage, QueryExample  # noqa: E402
@@ -134,10 +135,6 @@ class PeakMemory:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._t.join()
-
-
-def dir_bytes(path: Path) -> int:
-    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
 # --------------------------------------------------------------------------------------------

@@ -142,7 +142,10 @@ def test_tokenising_in_worker_processes_builds_the_same_index(tmp_path, monkeypa
     monkeypatch.setattr(B, "PARALLEL_MIN_DOCS", 300)
     monkeypatch.setattr(B, "TOKENIZE_CHUNK", 97)
     monkeypatch.setattr(B, "_build_workers", lambda: 2)
+    merged, real_merge = [], B._TokenSink._merge
+    monkeypatch.setattr(B._TokenSink, "_merge", lambda self, r: (merged.append(r[0]), real_merge(self, r)))
     many = open_index(tmp_path / "many", lambda: iter(passages), show_progress=False)
+    assert len(merged) == -(-(5000 - 300) // 97) and len(set(merged)) == 2  # every chunk from the 2 workers
     assert one.engine.vocab == many.engine.vocab
     for key in ("data", "indices", "indptr"):
         assert np.array_equal(one.engine.retriever.scores[key], many.engine.retriever.scores[key])

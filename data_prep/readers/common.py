@@ -254,41 +254,18 @@ def reject_or_raise(rejects: Rejects | None, error: DataError, raw: bytes | str 
 
 
 def iter_tsv(
-    path: PathLike, columns: tuple[str, ...], rejects: Rejects | None = None, sep: str | None = "\t"
+    path: PathLike, columns: tuple[str, ...], rejects: Rejects | None = None, sep: str | None = "\t",
+    keep: Callable[[bytes], bool] | None = None,
 ) -> Iterator[tuple[int, list[str], bytes]]:
     """Yield ``(line, fields, raw)`` for rows with exactly ``len(columns)`` fields.
 
-    ``sep=None`` splits on any whitespace (TREC qrels).
+    ``sep=None`` splits on any whitespace (TREC qrels). ``keep(raw)`` reads only the lines it
+    picks (see :func:`~data_prep.io.iter_lines`).
     """
-    yield from _split_columns(path, iter_lines(path, rejects), columns, rejects, sep)
-
-
-def iter_tsv_lines(
-    path: PathLike, lines: Iterable[tuple[int, bytes]], columns: tuple[str, ...], rejects: Rejects | None = None,
-    sep: str | None = "\t",
-) -> Iterator[tuple[int, list[str], bytes]]:
-    """:func:`iter_tsv` over chosen ``(line_number, raw_bytes)`` rows of ``path`` (same checks)."""
-    rejects = rejects or STRICT
-
-    def decoded() -> Iterator[tuple[int, str, bytes]]:
-        for n, raw in lines:
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                rejects.reject(DataError(path, n, f"invalid UTF-8 byte 0x{raw[e.start]:02x} at column {e.start + 1}", "encoding"), raw)
-                continue
-            text = text.rstrip("\r\n")
-            if text.strip():
-                yield n, text, raw
-
-    yield from _split_columns(path, decoded(), columns, rejects, sep)
-
-
-def _split_columns(path, lines, columns, rejects, sep) -> Iterator[tuple[int, list[str], bytes]]:
     rejects = rejects or STRICT
     n_cols = len(columns)
     how = "tab-separated" if sep == "\t" else "whitespace-separated"
-    for n, text, raw in lines:
+    for n, text, raw in iter_lines(path, rejects, keep=keep):
         fields = text.split(sep)
         if len(fields) != n_cols:
             rejects.reject(

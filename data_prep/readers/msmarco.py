@@ -29,7 +29,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from ..io import STRICT, DataError, Rejects, empty_file_error, iter_json_lines, open_binary, parse_rows, require_path
+from ..io import STRICT, DataError, Rejects, iter_json_lines, parse_rows, require_path
 from ..records import Passage, QueryExample
 from . import Source, register_format
 from .common import (
@@ -42,7 +42,6 @@ from .common import (
     id_str,
     iter_parquet_rows,
     iter_tsv,
-    iter_tsv_lines,
     join_qrels,
     maybe_fix,
     once,
@@ -62,9 +61,25 @@ NO_ANSWER = "No Answer Present."
 # TSV release files
 
 
-def read_collection(path: PathLike, rejects: Rejects | None = None, fix_mojibake: bool = False) -> Iterator[Passage]:
-    """Stream ``collection.tsv`` (``pid<TAB>passage``); duplicate pids and empty passages are bad rows."""
+def read_collection(
+    path: PathLike, rejects: Rejects | None = None, fix_mojibake: bool = False, pids: set[str] | None = None
+) -> Iterator[Passage]:
+    """Stream ``collection.tsv`` (``pid<TAB>passage``); duplicate pids and empty passages are bad rows.
+
+    ``pids``: only the passages with those ids (the qrels' ones). The other rows are split at their
+    first tab and passed over undecoded, so the query pass over the 8.8M-line collection for its
+    ~500k judged passages holds no other passage and costs a fraction of a full read. Every row is
+    checked by the corpus pass, which mining runs first (a bad judged row is rejected by both, and
+    counted once through the source's shared rejects).
+    """
     seen = SeenIds("passage")
+    keep = None
+    if pids is not None:
+        keys = {pid.encode("utf-8") for pid in pids}
+
+        def keep(raw: bytes) -> bool:
+            tab = raw.find(b"\t")
+            return tab >= 0 and raw[:tab].strip() in keys
 
     def parse(n: int, f: list[str]) -> Passage:
         pid = f[0].strip()
@@ -74,7 +89,7 @@ def read_collection(path: PathLike, rejects: Rejects | None = None, fix_mojibake
         seen.check(path, n, pid)
         return Passage(id=pid, text=text)
 
-    yield from parse_rows(path, iter_tsv(path, ("pid", "passage"), rejects), parse, rejects)
+    yield from parse_rows(path, iter_tsv(path, ("pid", "passage"), rejects, keep=keep), parse, rejects)
 
 
 def read_queries(path: PathLike, rejects: Rejects | None = None, fix_mojibake: bool = False) -> Iterator[tuple[str, str]]:
@@ -103,42 +118,6 @@ def read_qrels(path: PathLike, rejects: Rejects | None = None) -> Iterator[Qrel]
         yield Qrel(qid=f[0], pid=f[2], score=score, line=n, raw=raw)
 
 
-def read_collection_ids(
-    path: PathLike, wanted: set[str], rejects: Rejects | None = None, fix_mojibake: bool = False
-) -> Iterator[Passage]:
-    """The passages of ``collection.tsv`` whose pid is in ``wanted`` (the qrels' passages).
-
-    Only those rows are decoded and checked; the others are split at their first tab and passed
-    over, so a pass over the 8.8M-line collection for the ~500k judged passages holds no other
-    passage and costs a fraction of a full read. Every row is checked by the corpus pass
-    (:func:`read_collection`), which mining runs first; a wanted row that is bad is rejected here
-    as there (once, through the source's shared rejects).
-    """
-    keys = {pid.encode("utf-8") for pid in wanted}
-    seen = SeenIds("passage")  # a wanted id twice: the second is the duplicate the corpus pass rejects too
-
-    def rows() -> Iterator[tuple[int, bytes]]:
-        content = False
-        with open_binary(path) as f:
-            for n, raw in enumerate(f, 1):
-                if n == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a byte-order mark, as iter_lines drops it
-                    raw = raw[3:]
-                content = content or bool(raw.strip())
-                tab = raw.find(b"\t")
-                if tab >= 0 and raw[:tab].strip() in keys:
-                    yield n, raw
-        if not content:
-            raise empty_file_error(path)  # as a full read says, not "passage not in the collection"
-
-    def parse(n: int, f: list[str]) -> Passage:
-        pid = f[0].strip()
-        text = maybe_fix(check_text(path, n, f[1], "passage"), fix_mojibake)
-        seen.check(path, n, pid)
-        return Passage(id=pid, text=text)
-
-    yield from parse_rows(path, iter_tsv_lines(path, rows(), ("pid", "passage"), rejects), parse, rejects)
-
-
 def _msmarco_examples(
     collection: Path, queries: Path, qrels: Path, rejects: Rejects | None, fix_mojibake: bool
 ) -> Iterator[QueryExample]:
@@ -146,7 +125,7 @@ def _msmarco_examples(
     qids = {r.qid for r in rows}
     pids = {r.pid for r in rows}
     texts = {qid: text for qid, text in read_queries(queries, rejects, fix_mojibake) if qid in qids}
-    passages = {p.id: p for p in read_collection_ids(collection, pids, rejects, fix_mojibake)}
+    passages = {p.id: p for p in read_collection(collection, rejects, fix_mojibake, pids=pids)}
     yield from join_qrels(rows, qrels, texts, queries, passages, collection, rejects, "msmarco")
 
 
