@@ -51,12 +51,13 @@ from array import array
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from .bm25 import BACKENDS, ENGINES, BM25Index, BM25Params, open_index, resolve_backend
+from .cluster import add_ray_args, ray_options
 from .io import Rejects, atomic_write, require_records, write_json
 from .records import Passage, QueryExample
 from .text import contains_answer
@@ -477,17 +478,23 @@ def run_mining(
     rebuild_index: bool = False,
     rejects: Rejects | None = None,
     on_shard_done: Callable[[int], None] | None = None,
+    ray=None,
 ) -> dict[str, Any] | None:
     """Mine ``source`` into ``out_dir``; returns meta.json's content once every shard is done.
 
     ``shard=(i, N)`` runs shard ``i`` of ``N`` only (``N`` must equal ``cfg.num_shards``).
     ``on_shard_done(i)`` is called after shard ``i`` is written (tests use it to simulate a kill).
+    ``ray`` (:class:`~data_prep.cluster.RayOptions`): the shards run as Ray tasks
+    (:mod:`data_prep.mining_ray`); the output is the same.
     """
     t_start = time.perf_counter()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if shard is not None and shard[1] != cfg.num_shards:
         raise ValueError(f"--shard {shard[0]}/{shard[1]} does not match --num-shards {cfg.num_shards}")
+    if ray is not None and (cfg.bm25_backend == "lucene" or cfg.engine != "bm25s"):
+        raise ValueError("--ray mines with the bm25s engine and our backends (not --bm25-backend lucene or --engine "
+                         "rank-bm25): Lucene runs its own threads on one machine")
     index_dir = Path(index_dir) if index_dir is not None else out / "index"
     if rebuild_index and index_dir.exists():
         shutil.rmtree(index_dir)
@@ -529,6 +536,11 @@ def run_mining(
     skipped = (1 if shard is not None else cfg.num_shards) - len(todo)
     if skipped:
         logger.info("%d shard(s) already finished in %s: skipped", skipped, out / "shards")
+    if todo and ray is not None:
+        from .mining_ray import run_shards
+
+        run_shards(out, work, index, cfg, todo, n_queries, params.get("bm25_backend"), ray, on_shard_done)
+        todo = []
     encoder = None
     if todo and cfg.dense_model is not None:
         from .dense import DenseEncoder
@@ -601,30 +613,39 @@ def _corpus_store(directory: Path, corpus: Callable[[], Iterator[Passage]], show
 def _run_shard(out: Path, work: Path, index: BM25Index, cfg: MiningConfig, i: int, n_queries: int, encoder) -> None:
     lo, hi = shard_bounds(n_queries, cfg.num_shards, i)
     data_path, stats_path = shard_paths(out, i, cfg.num_shards)
-    counts: Counter = Counter()
-    timings: Counter = Counter()
-    first_ids: dict[str, list[str]] = {}
     t0 = time.perf_counter()
+    timings: Counter = Counter()
     if cfg.bm25_backend == "lucene":  # one Anserini batch search for the shard; mining reads its hits
         index.prefetch([q.query for q in _read_spool(work, lo, hi)], cfg.depth, cfg.n_threads or (os.cpu_count() or 1))
         timings["lucene_s"] += time.perf_counter() - t0
     bar = tqdm(total=hi - lo, desc=f"Mine shard {i + 1}/{cfg.num_shards}", unit=" queries", disable=not cfg.show_progress)
     with atomic_write(data_path) as f:
-        batch: list[QueryExample] = []
-        for q in _read_spool(work, lo, hi):
-            batch.append(q)
-            if len(batch) >= cfg.batch_size:
-                _write_batch(f, mine_batch(batch, index, cfg, counts, encoder, timings, first_ids))
-                bar.update(len(batch))
-                batch = []
-        if batch:
-            _write_batch(f, mine_batch(batch, index, cfg, counts, encoder, timings, first_ids))
-            bar.update(len(batch))
+        stats = mine_shard(f, _read_spool(work, lo, hi), index, cfg, encoder, timings, bar.update)
     bar.close()
-    timings["total_s"] = time.perf_counter() - t0
-    stats = {"shard": i, "queries": [lo, hi], "counts": dict(counts), "timings": {k: round(v, 3) for k, v in timings.items()},
-             "first_ids": first_ids}
-    write_json(stats_path, stats)
+    stats["timings"]["total_s"] = round(time.perf_counter() - t0, 3)
+    write_json(stats_path, {"shard": i, "queries": [lo, hi], **stats})
+
+
+def mine_shard(f, queries: Iterable[QueryExample], index, cfg: MiningConfig, encoder, timings: Counter | None = None,
+               progress: Callable[[int], Any] | None = None) -> dict[str, Any]:
+    """Mine ``queries`` in batches of ``cfg.batch_size`` into the text file ``f`` (one example a
+    line); returns the shard's counts, timings and first ids (one process and Ray workers alike)."""
+    counts: Counter = Counter()
+    timings = Counter() if timings is None else timings
+    first_ids: dict[str, list[str]] = {}
+    batch: list[QueryExample] = []
+    for q in queries:
+        batch.append(q)
+        if len(batch) >= cfg.batch_size:
+            _write_batch(f, mine_batch(batch, index, cfg, counts, encoder, timings, first_ids))
+            if progress is not None:
+                progress(len(batch))
+            batch = []
+    if batch:
+        _write_batch(f, mine_batch(batch, index, cfg, counts, encoder, timings, first_ids))
+        if progress is not None:
+            progress(len(batch))
+    return {"counts": dict(counts), "timings": {k: round(v, 3) for k, v in timings.items()}, "first_ids": first_ids}
 
 
 def _write_batch(f, examples: list[QueryExample]) -> None:
@@ -790,9 +811,13 @@ def register(subparsers) -> None:
     g = p.add_argument_group("scale")
     g.add_argument("--batch-size", type=int, default=256, help="queries per retrieval batch")
     g.add_argument("--threads", type=int, default=0, help="retrieval threads (0: all cores)")
-    g.add_argument("--num-shards", type=int, default=1, help="split the queries into N shards run in sequence")
+    g.add_argument("--num-shards", type=int, default=None,
+                   help="split the queries into N shards run in sequence (default 1; with --ray: the resumed run's, "
+                   "else 4 per worker)")
     g.add_argument("--shard", help="run only shard i/N (for parallel machines)")
     g.add_argument("--no-progress", action="store_true", help="no progress bars")
+    g = p.add_argument_group("Ray cluster (data_prep.cluster)")
+    add_ray_args(g, ship_index=True)
     p.set_defaults(func=main)
 
 
@@ -802,6 +827,13 @@ def config_from_args(args: argparse.Namespace) -> MiningConfig:
         stem=args.stem, code_tokens=not args.no_code_tokens, jieba_mode=args.jieba_mode,
     )
     num_shards = args.num_shards
+    ray = ray_options(args)
+    if ray is not None and args.shard:
+        raise ValueError("--shard runs one shard here; with --ray the cluster runs them all: give one or the other")
+    if num_shards is None:
+        from .mining_ray import default_num_shards
+
+        num_shards = default_num_shards(Path(args.output), ray) if ray is not None else 1
     if args.shard:
         _, n = parse_shard(args.shard)
         if num_shards not in (1, n):
@@ -832,7 +864,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         meta = run_mining(
             source, out, cfg, index_dir=args.index_dir, shard=parse_shard(args.shard) if args.shard else None,
-            overwrite=args.overwrite, rebuild_index=args.rebuild_index, rejects=rejects,
+            overwrite=args.overwrite, rebuild_index=args.rebuild_index, rejects=rejects, ray=ray_options(args),
         )
     finally:
         if rejects is not None:

@@ -66,6 +66,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 from tqdm import tqdm
 
+from data_prep.cluster import add_ray_args, ray_options
 from data_prep.io import (DataError, MissingInputError, Rejects, atomic_write, iter_json_lines, rejected_line,
                           require_path, write_json)
 from data_prep.readers.rows import READER_OPTIONS, PairRow, PairRows, open_pair_rows, resolve_format
@@ -236,11 +237,44 @@ def _score_rows(model, rows: list[Row]) -> tuple[np.ndarray, np.ndarray, Any]:
     query with nothing in the passage's place of the export's input template (a BERT cross-encoder
     sees ``[CLS] query [SEP] [SEP]``): the model's own checks (``model.texts`` /
     ``model.passage_text``) refuse an empty passage, so it goes to ``score_texts`` as it is."""
+    return model.score_texts(*_pair_texts(model, rows))
+
+
+def _pair_texts(model, rows: list[Row]) -> tuple[list[str], list[str]]:
+    """The checked query and passage texts of ``rows`` (a kept empty passage stays ``""``)."""
     queries, passages = [], []
     for i, r in enumerate(rows):
         queries.append(model.check_query(r.query, f"pair {i}"))
         passages.append("" if r.passage == "" else model.passage_text(r.passage, f"pair {i}"))
-    return model.score_texts(queries, passages)
+    return queries, passages
+
+
+def _scored_chunks(model, args: argparse.Namespace, rows: Iterable[Row], ray=None) -> Iterator[tuple[list[Row], Any]]:
+    """``(rows, result)`` in input order: ``result`` is ``(probs, raw, stats)`` (:func:`_score_rows`)
+    or, for an extractor, each row's key sentences as dicts (none for an empty passage). In chunks
+    of ``--chunk-size`` here, or in blocks scored by a Ray actor pool (:mod:`inference.distributed`)."""
+    extractor = model.task == "extractor"
+    if ray is None:
+        for chunk in chunks(rows, args.chunk_size):
+            if not extractor:
+                yield chunk, _score_rows(model, chunk)
+                continue
+            full = [r for r in chunk if r.passage != ""]
+            got = dict(zip(map(id, full), model.extract_many([(r.query, r.passage) for r in full], args.top_k,
+                                                             args.min_score)))
+            yield chunk, [[k.to_dict() for k in got.get(id(r), [])] for r in chunk]
+        return
+    from .distributed import LoadOptions, encode_passage, score_blocks
+
+    every = list(rows)  # checked here, as without Ray: the same errors and rejects
+    if extractor:
+        queries, passages = [r.query for r in every], [encode_passage(r.passage) for r in every]
+    else:
+        queries, passages = _pair_texts(model, every)
+    opts = LoadOptions(str(args.model), args.device, "bf16" if args.bf16 else None, args.trust_pickle, args.batch_tokens,
+                       args.top_k, args.min_score)
+    for lo, hi, result in score_blocks(ray, opts, queries, passages, args.chunk_size):
+        yield every[lo:hi], result
 
 
 def _thresholds(model, args: argparse.Namespace) -> tuple[float, float | None, str]:
@@ -279,6 +313,10 @@ def score_file(args: argparse.Namespace) -> dict[str, Any]:
     out = Path(args.output)
     _refuse_existing(out, args.overwrite)
     inp = require_path(args.input, "input file")
+    ray = ray_options(args)
+    if ray is not None and args.reference:
+        raise ValueError("--reference (corpus mode) reads each query against the whole reference in one process: "
+                         "it does not run with --ray")
     model = _load_model(args)
     extractor = model.task == "extractor"
     rejects, rdir = _rejects_for(args, out)
@@ -290,20 +328,16 @@ def score_file(args: argparse.Namespace) -> dict[str, Any]:
     try:
         fmt, rows = open_rows(args, inp, rejects)
         with atomic_write(out) as f, _progress("scoring", args.no_progress) as bar:
-            for chunk in chunks(rows, args.chunk_size):
+            for chunk, result in _scored_chunks(model, args, rows, ray):
                 lines = []
-                if extractor:  # an empty passage has no sentences
-                    full = [r for r in chunk if r.passage != ""]
-                    got = dict(zip(map(id, full), model.extract_many([(r.query, r.passage) for r in full], args.top_k,
-                                                                     args.min_score)))
-                    for r in chunk:
-                        ks = got.get(id(r), [])
+                if extractor:
+                    for r, ks in zip(chunk, result):
                         sentences += len(ks)
                         lines.append(json.dumps({"index": n, "query_id": r.query_id, "passage_id": r.passage_id,
-                                                 "sentences": [k.to_dict() for k in ks]}, ensure_ascii=False))
+                                                 "sentences": ks}, ensure_ascii=False))
                         n += 1
                 else:
-                    probs, raw, stats = _score_rows(model, chunk)
+                    probs, raw, stats = result
                     truncated += stats.passages_truncated
                     queries_truncated += stats.queries_truncated
                     for r, s, rs in zip(chunk, probs.tolist(), raw.tolist()):
@@ -588,6 +622,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      "(an extractor: the key sentences of each passage)")
     s.add_argument("--input", required=True, help="pairs to score (JSONL or a reader format)")
     s.add_argument("--output", required=True, help="output JSONL (.gz compresses): index, ids, score, raw_score, action")
+    add_ray_args(s.add_argument_group("Ray cluster (inference.distributed): Ray Data with an actor pool, one export "
+                                      "load per actor"))
     _common(s)
     s.set_defaults(func=run_score)
     e = sub.add_parser("evaluate", help="the task's metrics on labelled data: accuracy, AUC, F1, ECE, MRR/nDCG, action "

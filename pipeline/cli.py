@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 
 def run_index(args: argparse.Namespace) -> int:
+    from data_prep.cluster import ray_options
     from data_prep.tokenization import TokenizerConfig
 
     from .chunking import chunks_from_files, chunks_from_source
@@ -55,7 +56,7 @@ def run_index(args: argparse.Namespace) -> int:
     index = build_index(chunks, out, tokenizer=TokenizerConfig(language=args.language),
                         dense_model=args.dense_model, show_progress=not args.no_progress,
                         chunking=chunking, overwrite=args.overwrite,
-                        strip_words=50 if args.strip_vectors else None)
+                        strip_words=50 if args.strip_vectors else None, ray=ray_options(args))
     print(f"indexed {len(index)} chunks into {out} ({time.time() - t0:.1f} s)")
     return 0
 
@@ -249,6 +250,8 @@ def _model_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from data_prep.cluster import add_ray_args
+
     parser = argparse.ArgumentParser(prog="python -m pipeline", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -270,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "weights then grades and refines without a model pass (about 3x the embedding time)")
     i.add_argument("--overwrite", action="store_true")
     i.add_argument("--no-progress", action="store_true")
+    add_ray_args(i.add_argument_group("Ray cluster: chunk embedding on an actor pool (pipeline.index.embed_on_ray)"))
     i.set_defaults(func=run_index)
     a = sub.add_parser("ask", help="answer one question (prints the action, graded chunks, evidence, answer, times)")
     a.add_argument("question")

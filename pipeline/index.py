@@ -176,6 +176,7 @@ def build_index(
     encoder: "DenseEncoder | None" = None,
     batch_size: int = 256,
     strip_words: int | None = None,
+    ray=None,
 ) -> "HybridIndex":
     """Index ``chunks`` into ``out_dir`` and return the loaded index.
 
@@ -190,6 +191,9 @@ def build_index(
     (its sentences, cut into windows of this many words, as :func:`pipeline.refine.sentence_strips`
     does; 50 is refinement's default), so that a bi-encoder evaluator of the same weights refines
     without a model pass (about three times the embedding work; needs a dense model).
+    ``ray`` (:class:`data_prep.cluster.RayOptions`): the embedding batches run on a Ray actor pool
+    (:func:`embed_on_ray`, each actor loading the model once); the batches and so the vectors are
+    the one-process run's.
     """
     t0 = time.perf_counter()
     out = Path(out_dir)
@@ -233,16 +237,27 @@ def build_index(
         strip_vecs: list[np.ndarray] = []
         strip_spans: list[tuple[int, int, int]] = []
         strip_batch: list[str] = []
+        jobs: list[tuple[int | None, list[str]]] = []  # (first row, or None for strips; texts) to embed on Ray
+
+        def embed(texts: list[str], row: int | None) -> None:
+            if ray is not None:
+                jobs.append((row, texts))
+            elif row is None:
+                strip_vecs.append(encoder.encode(texts))
+            else:
+                emb[row : row + len(texts)] = encoder.encode(texts)
+
         if strip_words is not None:
             from .refine import sentence_strips
-        bar = tqdm(bm25.store, total=n, desc="Embed chunks" if emb is not None else "Map codes", disable=not show_progress)
+        desc = ("Read chunks" if ray is not None else "Embed chunks") if emb is not None else "Map codes"
+        bar = tqdm(bm25.store, total=n, desc=desc, disable=not show_progress)
         for row, p in enumerate(bar):
             for code in sorted(chunk_codes(Chunk.from_passage(p), fields, patterns)):
                 code_map[code].append(row)
             if emb is not None:
                 batch.append(p.full_text("\n"))
                 if len(batch) >= batch_size:
-                    emb[row0 : row0 + len(batch)] = encoder.encode(batch)
+                    embed(batch, row0)
                     row0 += len(batch)
                     batch = []
             if strip_words is not None:
@@ -250,14 +265,20 @@ def build_index(
                     strip_spans.append((row, a, b))
                     strip_batch.append(type(p)(p.id, p.text[a:b], p.title).full_text("\n"))
                 if len(strip_batch) >= batch_size:
-                    strip_vecs.append(encoder.encode(strip_batch))
+                    embed(strip_batch, None)
                     strip_batch = []
         if emb is not None:
             if batch:
-                emb[row0 : row0 + len(batch)] = encoder.encode(batch)
+                embed(batch, row0)
+            if strip_words is not None and strip_batch:
+                embed(strip_batch, None)
+            if ray is not None:
+                for (row, texts), vecs in zip(jobs, embed_on_ray(ray, encoder.path, jobs, show_progress)):
+                    if row is None:
+                        strip_vecs.append(vecs)
+                    else:
+                        emb[row : row + len(texts)] = vecs
             if strip_words is not None:
-                if strip_batch:
-                    strip_vecs.append(encoder.encode(strip_batch))
                 np.save(tmp / STRIPS_FILE, np.concatenate(strip_vecs) if strip_vecs else
                         np.zeros((0, encoder.dim), dtype=np.float32))
                 np.save(tmp / STRIP_SPANS_FILE, np.asarray(strip_spans, dtype=np.int64).reshape(-1, 3))
@@ -297,6 +318,62 @@ def build_index(
                 stats["n_docs"], f"dense {dense['model']}" if dense else "BM25 only", n_codes,
                 info["build_s"]["total"])
     return HybridIndex.load(out, encoder=encoder)
+
+
+class BlockEmbedder:
+    """The Ray Data actor of :func:`embed_on_ray`: the dense model loaded once; a block of whole
+    embedding batches in (``text``, ``job``), their vectors out (one row: the bytes, float32)."""
+
+    def __init__(self, path: str):
+        self.encoder = load_encoder(path)
+
+    def __call__(self, block):
+        import pyarrow as pa
+
+        texts, jobs = block.column("text").to_pylist(), block.column("job").to_pylist()
+        out, start = [], 0
+        for end in range(1, len(jobs) + 1):  # each job is one batch of the one-process run, encoded alone
+            if end == len(jobs) or jobs[end] != jobs[start]:
+                out.append(np.asarray(self.encoder.encode(texts[start:end]), dtype=np.float32))
+                start = end
+        return pa.table({"vectors": [np.concatenate(out).tobytes()], "dim": [int(out[0].shape[1])]})
+
+
+def embed_on_ray(opts, model_path: str, jobs: list[tuple[Any, list[str]]], show_progress: bool = False) -> list[np.ndarray]:
+    """The vectors of each job's texts (a job: one batch, encoded as one ``encode`` call, as the
+    one-process build does), on a Ray actor pool of ``opts`` (``--ray-workers``, GPUs per worker)."""
+    import pyarrow as pa
+
+    from data_prep.cluster import connect, map_batches_ordered, n_workers
+
+    ray = connect(opts)
+    workers = n_workers(ray, opts)
+    total = sum(len(t) for _, t in jobs)
+    per_block = max(1, total // (8 * workers))
+    blocks, sizes, cur, cur_sizes = [], [], [], []
+    for j, (_, texts) in enumerate(jobs):
+        cur.append((j, texts))
+        if sum(len(t) for _, t in cur) >= per_block or j == len(jobs) - 1:
+            blocks.append(ray.put(pa.table({"text": [x for _, t in cur for x in t],
+                                            "job": [k for k, t in cur for _ in t]})))
+            sizes.append([len(t) for _, t in cur])
+            cur = []
+    result: list[np.ndarray] = []
+    if not blocks:
+        return result
+    bar = tqdm(total=total, desc=f"Embed chunks on Ray ({workers} workers)", disable=not show_progress)
+    for lens, out in zip(sizes, map_batches_ordered(ray, blocks, BlockEmbedder, workers, opts,
+                                                     fn_constructor_args=(str(model_path),))):
+        vecs = np.frombuffer(out.column("vectors")[0].as_py(), dtype=np.float32).reshape(-1, out.column("dim")[0].as_py())
+        if len(vecs) != sum(lens):
+            raise RuntimeError(f"Ray Data returned {len(vecs)} vectors for a block of {sum(lens)} texts")
+        at = 0
+        for n in lens:
+            result.append(vecs[at : at + n])
+            at += n
+        bar.update(sum(lens))
+    bar.close()
+    return result
 
 
 def _check_target(out: Path, overwrite: bool) -> None:

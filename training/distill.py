@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from data_prep.cluster import add_ray_args, ray_options
 from data_prep.io import atomic_write, read_records, require_path, write_json
 from data_prep.records import LabelledPair
 
@@ -32,8 +33,11 @@ MIX = ("replace", "max")
 
 
 def distill_labels(teacher_dir: str, input_file: str, output_file: str, mix: str = "replace", overwrite: bool = False,
-                   device: str | None = None, chunk: int = 4096) -> dict[str, Any]:
-    """Write ``input_file``'s pairs with the teacher's calibrated scores as labels; returns the summary."""
+                   device: str | None = None, chunk: int = 4096, ray=None) -> dict[str, Any]:
+    """Write ``input_file``'s pairs with the teacher's calibrated scores as labels; returns the summary.
+
+    ``ray`` (:class:`data_prep.cluster.RayOptions`): the teacher scores on a Ray actor pool
+    (:mod:`inference.distributed`, one load per actor); the labels are the same numbers."""
     import inference
 
     if mix not in MIX:
@@ -49,9 +53,10 @@ def distill_labels(teacher_dir: str, input_file: str, output_file: str, mix: str
     with atomic_write(out) as f:
         batch: list[LabelledPair] = []
 
-        def flush() -> None:
+        def flush(scores=None) -> None:
             nonlocal n, changed, total
-            scores = teacher.score([(p.query, p.passage) for p in batch])
+            if scores is None:
+                scores = teacher.score([(p.query, p.passage) for p in batch])
             for p, s in zip(batch, scores):
                 label = max(s, p.label) if mix == "max" and p.label >= 0.5 else s
                 label = min(max(float(label), 0.0), 1.0)
@@ -64,10 +69,19 @@ def distill_labels(teacher_dir: str, input_file: str, output_file: str, mix: str
                 changed += (label >= 0.5) != (p.label >= 0.5)
             batch.clear()
 
-        for pair in read_records(src, LabelledPair):
-            batch.append(pair)
-            if len(batch) >= chunk:
-                flush()
+        if ray is not None:
+            from inference.distributed import LoadOptions, score_blocks
+
+            pairs = list(read_records(src, LabelledPair))
+            queries, passages = teacher.texts((p.query, p.passage) for p in pairs)
+            for lo, hi, (probs, _, _) in score_blocks(ray, LoadOptions(str(teacher_dir), device), queries, passages, chunk):
+                batch.extend(pairs[lo:hi])
+                flush(probs.tolist())
+        else:
+            for pair in read_records(src, LabelledPair):
+                batch.append(pair)
+                if len(batch) >= chunk:
+                    flush()
         if batch:
             flush()
         if n == 0:
@@ -86,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mix", choices=MIX, default="replace", help="replace: the teacher's score; max: keep gold 1s")
     ap.add_argument("--device", default=None)
     ap.add_argument("--overwrite", action="store_true")
+    add_ray_args(ap.add_argument_group("Ray cluster: the teacher on an actor pool (inference.distributed)"))
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from data_prep.io import DataError
@@ -93,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     from inference.manifest import ExportError
 
     try:
-        s = distill_labels(args.teacher, args.input, args.output, args.mix, args.overwrite, args.device)
+        s = distill_labels(args.teacher, args.input, args.output, args.mix, args.overwrite, args.device,
+                           ray=ray_options(args))
     except (DataError, ExportError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
