@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: quickstart quickstart-models pipeline-demo test test-slow test-all lucene bench bench-scale bench-training bench-scoring bench-models bench-labelling bench-pipeline bench-biencoder bench-quality bench-grading install clean
+.PHONY: quickstart quickstart-models pipeline-demo test test-slow test-all lucene bench bench-scale bench-ray bench-training bench-scoring bench-models bench-labelling bench-pipeline bench-biencoder bench-quality bench-grading install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -87,6 +87,11 @@ bench: $(STAMP)
 SCALE_DOCS ?= 8841823
 bench-scale: $(STAMP)
 	$(PY) scripts/bench_scale.py --docs $(SCALE_DOCS) --json outputs/bench/scale-$(SCALE_DOCS).json
+
+## Ray's overhead and scaling: mining and scoring 20,000 pairs with the quickstart export, one process,
+## then local Ray clusters of 1 and 2 nodes of one CPU each (run `make quickstart` first).
+bench-ray: $(STAMP)
+	$(PY) scripts/bench_ray.py --json outputs/bench/ray.json
 
 ## Ours vs sentence-transformers' CrossEncoderTrainer, the cross-encoder recipe on NQ-open (about 25 min on 2 cores).
 bench-training: $(STAMP)

@@ -97,12 +97,14 @@ def connect(opts: RayOptions):
     runtime_env = {"env_vars": env} if env else None
     try:
         if opts.address == "local":
-            ray.init(num_cpus=opts.workers or os.cpu_count() or 1, runtime_env=runtime_env, **quiet)
+            ray.init(address="local", num_cpus=opts.workers or os.cpu_count() or 1, runtime_env=runtime_env, **quiet)
         else:
             ray.init(address=opts.address, runtime_env=runtime_env, **quiet)
     except ConnectionError as e:
         how = ("start one with `ray start --head` (and `ray start --address HEAD:6379` on the other nodes), or use "
                "--ray local" if opts.address == "auto" else "check the address and that the head runs Ray Client")
+        how += ("; a cluster with token authentication needs its token here too (RAY_AUTH_TOKEN, or the file "
+                "`ray get-auth-token` reads)")
         raise ValueError(f"--ray {opts.address}: no Ray cluster to connect to ({e}); {how}") from None
     resources = ray.cluster_resources()
     logger.info("Ray cluster: %d node(s), %g CPU, %g GPU", len([n for n in ray.nodes() if n.get("Alive")]),

@@ -236,7 +236,9 @@ def test_cli_with_ray_local_and_with_ray_auto_on_a_ray_start_cluster(tmp_path, c
     """The commands as users run them: ``--ray local``, and ``--ray auto`` against ``ray start``."""
     if ray.is_initialized():
         ray.shutdown()
-    env = dict(os.environ, RAY_ADDRESS="")
+    # token authentication (on by default for local clusters since Ray 2.59): one token for the
+    # cluster and its drivers, as a user sets RAY_AUTH_TOKEN on every node
+    env = dict(os.environ, RAY_ADDRESS="", RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=os.urandom(16).hex())
     py = sys.executable
     mine = [py, "-m", "data_prep", "mine", "--format", "nq-open", "--input", str(NQ_SAMPLE), "--no-progress",
             "--negatives", "4"]
