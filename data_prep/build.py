@@ -32,6 +32,7 @@ from typing import IO, Any, Iterable, Iterator
 from tqdm import tqdm
 
 from .io import DataError, Rejects, atomic_write, iter_json_lines, no_records_error, require_nonempty, require_path, write_json
+from .locking import locks_output
 from .records import LABEL_SOURCES, SCHEMA_VERSION, LabelledPair, Passage, QueryExample, RecordError
 from .stats import DatasetStats, format_report
 from .tasks import TASK_FILES, TASKS, label_source, seeded_rng
@@ -328,6 +329,7 @@ class _Builder:
             return None
 
 
+@locks_output("cfg.output", "dataset")  # one run per folder (data_prep.locking)
 def build(cfg: BuildConfig) -> dict[str, Any]:
     """Build the task datasets described by ``cfg``; returns the content of ``meta.json``."""
     path = require_path(cfg.input, "input file", is_dir=False)

@@ -201,8 +201,7 @@ def map_batches_ordered(ray, blocks: list, actor_cls, n: int, opts: RayOptions, 
     ds = ray.data.from_arrow_refs(blocks).map_batches(
         actor_cls, fn_constructor_args=fn_constructor_args, batch_size=None, batch_format="pyarrow",
         compute=ray.data.ActorPoolStrategy(size=n), num_cpus=cpus_per_worker, num_gpus=opts.gpus_per_worker or None,
-        max_restarts=-1, max_task_retries=-1,
-    )
+    )  # (Ray Data's actors restart without limit and retry their batches: its default, kept)
     try:
         yield from ds.iter_batches(batch_size=None, batch_format="pyarrow")
     except Exception as e:  # noqa: BLE001

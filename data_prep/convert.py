@@ -31,6 +31,7 @@ from typing import Any, Iterable, Iterator, TypeVar
 from tqdm import tqdm
 
 from .io import Rejects, no_records_error, rejected_line, require_records, write_json, write_jsonl
+from .locking import locks_output
 from .readers import FORMATS, load_all, open_source
 from .readers.common import PAIR_READERS, open_pairs
 from .readers.flagembedding import write_flagembedding
@@ -119,6 +120,7 @@ class _ExampleTally:
         }
 
 
+@locks_output("args.output", "converted output")  # one run per output (data_prep.locking)
 def convert(args: argparse.Namespace) -> dict[str, Any]:
     """Run one conversion; returns the counts written to ``<output>.meta.json``."""
     load_all()

@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from .io import DataError, Rejects, iter_json_lines, no_records_error, parse_rows, rejected_line, require_path, write_json, write_jsonl
+from .locking import locks_output
 from .readers import FORMATS, load_all, open_source
 from .readers.common import check_text, id_str, stable_id, text_query_id
 from .records import LabelledPair, Passage
@@ -467,6 +468,7 @@ def load_corpus(path: str | Path, fmt: str, wanted: set[str], rejects: Rejects |
     return out
 
 
+@locks_output("args.output", "feedback pairs")  # one run per output (data_prep.locking)
 def feedback(args: argparse.Namespace) -> dict[str, Any]:
     """Run the command; returns what is written to ``<output>.meta.json``."""
     rule = MergeRule(args.half_life_days, args.min_margin, args.min_votes, args.keep_conflicts, args.hard_labels)

@@ -24,11 +24,14 @@ split into ``num_shards`` contiguous shards, processed in batches with a progres
 backend (numpy, or numba for large runs) is fixed per run. A finished shard is written
 atomically to ``DIR/shards/``; a rerun (after a kill, or on another machine with ``--shard i/N``)
 skips finished shards, and refuses to continue when the parameters, the corpus or the queries
-changed, unless ``--overwrite``. When every shard exists they are merged into
-``DIR/examples.jsonl`` (:class:`~data_prep.records.QueryExample` JSONL; each negative's metadata
-has ``rank`` (1-based BM25 rank, null for easy ones), ``score`` (BM25 score), ``kind``
-(``hard``/``easy``) and, with the dense filter, ``dense_sim``) and ``DIR/meta.json``
-(parameters, tokenizer, corpus hash and size, counts, timings, package versions).
+changed, unless ``--overwrite``. One process writes a folder at a time (``DIR.lock``,
+:mod:`data_prep.locking`): a second run on it is refused while the first runs; a ``--shard i/N``
+run locks its shard only (``DIR.shard-0000i-of-0000N.lock``), so shards run at once on several
+machines, and the last to finish merges (or run them all in one ``--ray`` run). When every
+shard exists they are merged into ``DIR/examples.jsonl`` (:class:`~data_prep.records.QueryExample`
+JSONL; each negative's metadata has ``rank`` (1-based BM25 rank, null for easy ones), ``score``
+(BM25 score), ``kind`` (``hard``/``easy``) and, with the dense filter, ``dense_sim``) and
+``DIR/meta.json`` (parameters, tokenizer, corpus hash and size, counts, timings, package versions).
 
 For the answer-existence task, ``--answer-hits K`` also keeps each query's top ``K`` hits
 (positives aside, answer-bearing or not, with ``rank``, ``score`` and ``has_answer``) in the
@@ -59,6 +62,7 @@ from tqdm.auto import tqdm
 from .bm25 import BACKENDS, ENGINES, BM25Index, BM25Params, open_index, resolve_backend
 from .cluster import add_ray_args, ray_options
 from .io import Rejects, atomic_write, require_records, write_json
+from .locking import locks_output
 from .records import Passage, QueryExample
 from .text import contains_answer
 from .tokenization import LANGUAGES, TokenizerConfig
@@ -468,6 +472,15 @@ def _check_run(out: Path, run: dict[str, Any], overwrite: bool) -> None:
     write_json(path, run)
 
 
+def lock_target(out: str | os.PathLike, shard: tuple[int, int] | None) -> Path:
+    """What a mining run locks: its folder, or with ``--shard i/N`` that shard alone
+    (``DIR.shard-0000i-of-0000N.lock``), so that the shards of one folder run at once on several
+    machines while each shard, and a whole run, has one writer."""
+    out = Path(out)
+    return out if shard is None else out.parent / f"{out.name}.shard-{shard[0]:05d}-of-{shard[1]:05d}"
+
+
+@locks_output(lambda a: lock_target(a["out_dir"], a["shard"]), "mining output")  # (data_prep.locking)
 def run_mining(
     source,
     out_dir: str | os.PathLike,
@@ -850,6 +863,8 @@ def config_from_args(args: argparse.Namespace) -> MiningConfig:
     )
 
 
+@locks_output(lambda a: lock_target(a["args"].output, parse_shard(a["args"].shard) if a["args"].shard else None),
+              "mining output")  # before the rejects are cleared
 def main(args: argparse.Namespace) -> int:
     from .readers import open_source
 

@@ -49,7 +49,9 @@ is the corpus the queries search (our passage JSONL or a BEIR ``corpus.jsonl``).
 
 Outputs are written atomically (a crash leaves the previous file or none) and an existing output
 is refused unless ``--overwrite``. ``score`` writes ``<output>.meta.json`` (counts, truncations,
-rejects, thresholds, speed) beside its JSONL.
+rejects, thresholds, speed) beside its JSONL. One ``score`` writes an output at a time: a second one
+on the same ``--output`` is refused (exit code 2) while the first runs (``<output>.lock``,
+:mod:`data_prep.locking`).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from tqdm import tqdm
 from data_prep.cluster import add_ray_args, ray_options
 from data_prep.io import (DataError, MissingInputError, Rejects, atomic_write, iter_json_lines, rejected_line,
                           require_path, write_json)
+from data_prep.locking import locks_output
 from data_prep.readers.rows import READER_OPTIONS, PairRow, PairRows, open_pair_rows, resolve_format
 from data_prep.readers.simple import SENTENCES, SentenceRow, read_sentence_rows
 from data_prep.records import Passage
@@ -389,6 +392,7 @@ def _empty_note(summary: dict[str, Any]) -> str:
     return f"{e['n']} {e['policy']}"
 
 
+@locks_output("args.output", "scores")  # one run per output, before the model loads (data_prep.locking)
 def run_score(args: argparse.Namespace) -> int:
     s = score_file(args)
     if s["task"] == "extractor":
@@ -609,7 +613,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="corpus mode (an evaluator trained with corpus_norm): read each query's scores against a "
                         "reference corpus, with that mode's calibration and thresholds: 'self' (the input's distinct "
                         "passages) or a passages file (our passage JSONL or a BEIR corpus.jsonl); default: pair by pair")
-    p.add_argument("--chunk-size", type=int, default=8192, help="pairs read and scored per step (memory bound)")
+    p.add_argument("--chunk-size", type=int, default=None,
+                   help="pairs read and scored per step (memory bound; default 8192); with --ray, pairs per block sent "
+                   "to an actor (default 1024): a one-process run with the same chunk size forms the same batches")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -641,6 +647,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.chunk_size is None:
+        args.chunk_size = 1024 if getattr(args, "ray", None) else 8192
     if args.chunk_size < 1:
         parser.error("--chunk-size must be at least 1")
     try:

@@ -13,7 +13,6 @@ Corpus mode (``--reference``) needs the whole reference in one process: it is re
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
@@ -21,9 +20,6 @@ from data_prep.cluster import RayOptions, connect, map_batches_ordered, n_worker
 from data_prep.records import Passage
 
 from .inputs import EncodeStats
-
-MIN_BLOCK = 64  # pairs per block at least (a forward pass's worth), at most --chunk-size
-
 
 @dataclass(frozen=True)
 class LoadOptions:
@@ -78,22 +74,17 @@ def encode_passage(p: str | Passage) -> str:
     return p if isinstance(p, str) else "\x00" + json.dumps(p.to_dict(), ensure_ascii=False)
 
 
-def block_size(n: int, workers: int, chunk_size: int) -> int:
-    """Pairs per block: about eight blocks per worker (a slow or retried block holds the job
-    little), at least :data:`MIN_BLOCK`, at most ``chunk_size``."""
-    return max(MIN_BLOCK, min(chunk_size, math.ceil(n / (8 * workers)) if n else chunk_size))
-
-
 def score_blocks(opts: RayOptions, load_opts: LoadOptions, queries: Sequence[str], passages: Sequence[str],
                  chunk_size: int) -> Iterator[tuple[int, int, Any]]:
-    """Score the checked texts on the cluster; yields ``(lo, hi, result)`` per block in input
-    order: ``result`` is ``(probs, raw, EncodeStats)``, or the extractor's lists of sentence dicts."""
+    """Score the checked texts on the cluster in blocks of ``chunk_size`` pairs (the chunks a
+    one-process run scores, so the batches and the numbers are its own); yields ``(lo, hi, result)``
+    per block in input order: ``result`` is ``(probs, raw, EncodeStats)``, or the extractor's lists of sentence dicts."""
     import numpy as np
     import pyarrow as pa
 
     ray = connect(opts)
     workers = n_workers(ray, opts)
-    size = block_size(len(queries), workers, chunk_size)
+    size = chunk_size  # the one-process run's chunks: the same length-sorted batches, so the same numbers
     bounds = [(lo, min(lo + size, len(queries))) for lo in range(0, len(queries), size)]
     blocks = [ray.put(pa.table({"query": list(queries[lo:hi]), "passage": list(passages[lo:hi])})) for lo, hi in bounds]
     if not blocks:

@@ -191,7 +191,10 @@ def chunks_from_source(
 
     Each passage is one document (its id, title and text); ``source`` is ``metadata["source"]``
     when the passage has one, else ``fmt``; the rest of its metadata is kept on every chunk (keys
-    in :data:`RESERVED_METADATA` renamed ``passage_<key>``).
+    in :data:`RESERVED_METADATA` renamed ``passage_<key>``). A bad row of the reader (a PopQA row
+    with an empty passage: ``file:line: ctxs[i]: empty passage``) raises, unless ``reader_kwargs``
+    holds ``rejects=Rejects(skip_bad=True, out_dir=...)`` (``pipeline index --skip-bad``): then it
+    is left out, counted and kept there.
     """
     check_chunking(max_chars, overlap, unit)
     src = open_source(fmt, **reader_kwargs)

@@ -10,6 +10,13 @@
 Bad input gets a message and exit code 2, never a stack trace: an empty question, a missing or
 incomplete index, an export of the wrong task, an unreadable config. A web searcher or an LLM
 server that fails makes the answer degrade honestly (an abstention, with a note saying why).
+
+``index`` stops at the first bad row of a reader format (``file:line: what is wrong``, e.g. a
+Self-RAG/PopQA row with an empty retrieved passage); ``--skip-bad`` leaves such rows out, counts
+them (printed, and in the index's ``index.json``, ``"rejects"``) and keeps them unchanged in
+``<out>.rejects/`` beside the index folder (which is replaced wholesale on ``--overwrite``). One
+``index`` builds a folder at a time: a second one on the same ``--out`` is refused while the first
+runs (``<out>.lock``, :mod:`data_prep.locking`).
 """
 
 from __future__ import annotations
@@ -17,10 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from data_prep.locking import locks_output
 
 logger = logging.getLogger(__name__)
 
@@ -29,8 +39,10 @@ logger = logging.getLogger(__name__)
 # index
 
 
+@locks_output("args.out", "index")  # one build per folder, before anything is read or written
 def run_index(args: argparse.Namespace) -> int:
     from data_prep.cluster import ray_options
+    from data_prep.io import Rejects, rejected_line, require_records
     from data_prep.tokenization import TokenizerConfig
 
     from .chunking import chunks_from_files, chunks_from_source
@@ -42,22 +54,37 @@ def run_index(args: argparse.Namespace) -> int:
     if out.exists() and any(out.iterdir()) and not args.overwrite:
         raise ValueError(f"index folder exists: {out} (pass --overwrite to rebuild it)")
     chunking = {"max_chars": args.max_chars, "overlap": args.overlap, "unit": args.unit}
+    rejects, rdir = None, out.parent / f"{out.name}.rejects"
     if args.files:
         if args.format or args.input:
             raise ValueError("give either --files or --format/--input, not both")
+        if args.skip_bad:
+            raise ValueError("--skip-bad skips bad rows of a reader format (--format/--input); --files reads whole "
+                             "documents, which have no rows to skip")
         chunks = chunks_from_files(args.files, **chunking)
     else:
         if not (args.format and args.input):
             raise ValueError("give --format and --input (any data_prep reader format), or --files")
         opts = {k: getattr(args, k) for k in ("corpus", "queries", "qrels", "split") if getattr(args, k)}
+        if args.skip_bad:  # beside the index folder, which a rebuild replaces wholesale
+            shutil.rmtree(rdir, ignore_errors=True)  # left by an earlier build of this index: start clean
+            rejects = opts["rejects"] = Rejects(skip_bad=True, out_dir=rdir)
         chunks = chunks_from_source(args.format, input=args.input, **chunking, **opts)
+        if rejects is not None:  # every row rejected: say so, rather than "the corpus is empty"
+            chunks = require_records(chunks, args.input, rejects, "passages to index")
     t0 = time.time()
     # with --overwrite the old index is replaced only once the new one is complete
-    index = build_index(chunks, out, tokenizer=TokenizerConfig(language=args.language),
-                        dense_model=args.dense_model, show_progress=not args.no_progress,
-                        chunking=chunking, overwrite=args.overwrite,
-                        strip_words=50 if args.strip_vectors else None, ray=ray_options(args))
+    try:
+        index = build_index(chunks, out, tokenizer=TokenizerConfig(language=args.language),
+                            dense_model=args.dense_model, show_progress=not args.no_progress,
+                            chunking=chunking, overwrite=args.overwrite,
+                            strip_words=50 if args.strip_vectors else None, ray=ray_options(args), rejects=rejects)
+    finally:
+        if rejects is not None:
+            rejects.close()
     print(f"indexed {len(index)} chunks into {out} ({time.time() - t0:.1f} s)")
+    if rejects is not None:
+        print(rejected_line(rejects.summary(), rdir))
     return 0
 
 
@@ -272,6 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also embed each chunk's sentences (refinement strips): a bi-encoder evaluator of the same "
                         "weights then grades and refines without a model pass (about 3x the embedding time)")
     i.add_argument("--overwrite", action="store_true")
+    i.add_argument("--skip-bad", action="store_true",
+                   help="skip bad rows of --format/--input (e.g. a PopQA row with an empty passage) instead of stopping "
+                        "at the first; they are counted (printed, and in index.json) and kept unchanged in "
+                        "<out>.rejects/ beside the index folder")
     i.add_argument("--no-progress", action="store_true")
     add_ray_args(i.add_argument_group("Ray cluster: chunk embedding on an actor pool (pipeline.index.embed_on_ray)"))
     i.set_defaults(func=run_index)

@@ -50,6 +50,7 @@ from .types import Chunk
 
 if TYPE_CHECKING:
     from data_prep.dense import DenseEncoder
+    from data_prep.io import Rejects
 
 logger = logging.getLogger(__name__)
 
@@ -177,6 +178,7 @@ def build_index(
     batch_size: int = 256,
     strip_words: int | None = None,
     ray=None,
+    rejects: "Rejects | None" = None,
 ) -> "HybridIndex":
     """Index ``chunks`` into ``out_dir`` and return the loaded index.
 
@@ -193,7 +195,9 @@ def build_index(
     without a model pass (about three times the embedding work; needs a dense model).
     ``ray`` (:class:`data_prep.cluster.RayOptions`): the embedding batches run on a Ray actor pool
     (:func:`embed_on_ray`, each actor loading the model once); the batches and so the vectors are
-    the one-process run's.
+    the one-process run's. ``rejects``: the :class:`~data_prep.io.Rejects` of the reader that made
+    ``chunks`` (``--skip-bad``); its counts, once the chunks are read, go into ``index.json``
+    (``"rejects": {"total", "by_reason", "dir"}``).
     """
     t0 = time.perf_counter()
     out = Path(out_dir)
@@ -309,6 +313,8 @@ def build_index(
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "build_s": {"bm25": round(t_bm25, 3), "total": round(time.perf_counter() - t0, 3)},
         }
+        if rejects is not None:
+            info["rejects"] = {**rejects.summary(), "dir": str(rejects.out_dir) if rejects.total else None}
         write_json(tmp / INDEX_INFO, info)
         _move_into_place(tmp, out)
     except BaseException:

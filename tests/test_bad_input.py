@@ -167,11 +167,11 @@ def test_convert_truncated_gz_exit_2_and_no_output(tmp_path, capsys):
         for extra in ([], ["--skip-bad"]):
             assert main(base + ["--to", to] + extra) == 2
             assert capsys.readouterr().err == f"error: {_gz_error(path, n)}\n"
-            assert _files(tmp_path / "out") == []
+            assert _files(tmp_path / "out") == ["nq.queries.jsonl.lock"]  # only the output's lock (data_prep.locking)
     # an existing output is kept as it was: nothing already written is lost
     out.write_text("earlier output\n")
     assert main(base + ["--to", "queries", "--overwrite"]) == 2
-    assert out.read_text() == "earlier output\n" and _files(tmp_path / "out") == ["nq.queries.jsonl"]
+    assert out.read_text() == "earlier output\n" and _files(tmp_path / "out") == ["nq.queries.jsonl", "nq.queries.jsonl.lock"]
 
 
 def test_build_truncated_gz_exit_2_and_no_output(tmp_path, capsys):
@@ -221,7 +221,7 @@ def test_inference_score_truncated_and_empty_gz(tmp_path, ce_export, capsys):
                              "--device", "cpu", "--chunk-size", "16", *extra])
         assert rc == 2
         assert capsys.readouterr().err.splitlines()[-1] == f"error: {_gz_error(path, n)}"
-        assert _files(tmp_path) == ["pairs.jsonl.gz"]
+        assert _files(tmp_path) == ["pairs.jsonl.gz", "scores.jsonl.lock"]  # only the output's lock (data_prep.locking)
     empty = tmp_path / "empty.jsonl.gz"
     empty.write_bytes(gzip.compress(b""))
     assert inference_main(["score", "--model", str(ce_export), "--input", str(empty), "--output", str(out), "--no-progress",
@@ -314,7 +314,8 @@ def test_commands_refuse_an_empty_file_and_write_nothing(tmp_path, capsys, varia
     assert capsys.readouterr().err.splitlines()[-1] == want
     assert main(["mine", "--format", "nq-open", "--input", str(path), "--output", str(out / "mined"), "--no-progress"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == want
-    assert _files(out) == []
+    assert _files(out) == ["ds.lock", "mined.lock", "q.jsonl.lock"]  # only the outputs' locks (data_prep.locking)
+    assert all((out / f).stat().st_size == 0 for f in _files(out))
 
 
 def _all_bad(tmp: Path) -> tuple[Path, list[bytes]]:

@@ -313,7 +313,7 @@ def test_only_conflicts_is_an_error_and_writes_nothing(tmp_path, capsys):
     assert rc == 2
     assert capsys.readouterr().err.strip() == (
         f"error: {inp}: no pairs to write (1 groups: 1 conflicts, 0 below --min-votes); pass --keep-conflicts to write the conflicts")
-    assert not (tmp_path / "out").exists()
+    assert [(p.name, p.stat().st_size) for p in (tmp_path / "out").iterdir()] == [("pairs.jsonl.lock", 0)]  # the lock only
 
 
 def _corpus(tmp_path):
@@ -409,7 +409,7 @@ def test_bad_rows_strict_and_skipped(tmp_path, capsys, bad, reason, kind):
     rc, inp, out = _run(tmp_path, [GOOD, bad, GOOD])
     assert rc == 2
     assert capsys.readouterr().err.strip() == f"error: {inp}:2: {reason}"
-    assert not (tmp_path / "out").exists()
+    assert [(p.name, p.stat().st_size) for p in (tmp_path / "out").iterdir()] == [("pairs.jsonl.lock", 0)]  # the lock only
     raw = write_lines(inp, [GOOD, bad, GOOD])[1]
     assert main(["feedback", "--input", str(inp), "--output", str(out), "--skip-bad"]) == 0
     rej = tmp_path / "out" / "pairs.jsonl.rejects"

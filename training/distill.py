@@ -11,7 +11,8 @@ domain whose only labels are passage-level relevance), then train the extractor 
 teacher's score for the rest; ``replace`` (default) uses the teacher's score alone. Each output pair
 has ``label_source = distilled`` and ``metadata.teacher`` (the export and its sha256 of weights),
 ``metadata.original_label``. The teacher is loaded through :func:`inference.load` (any task that
-scores pairs); the output is written atomically.
+scores pairs); the output is written atomically, by one run at a time (a second run on the same
+``--output`` is refused while the first runs: ``<output>.lock``, :mod:`data_prep.locking`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 from data_prep.cluster import add_ray_args, ray_options
 from data_prep.io import atomic_write, read_records, require_path, write_json
+from data_prep.locking import locks_output
 from data_prep.records import LabelledPair
 
 logger = logging.getLogger(__name__)
@@ -32,6 +34,7 @@ logger = logging.getLogger(__name__)
 MIX = ("replace", "max")
 
 
+@locks_output("output_file", "distilled labels")  # one run per output (data_prep.locking)
 def distill_labels(teacher_dir: str, input_file: str, output_file: str, mix: str = "replace", overwrite: bool = False,
                    device: str | None = None, chunk: int = 4096, ray=None) -> dict[str, Any]:
     """Write ``input_file``'s pairs with the teacher's calibrated scores as labels; returns the summary.

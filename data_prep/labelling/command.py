@@ -19,6 +19,7 @@ import logging
 import os
 import sys
 
+from ..locking import locks_output
 from .backends import BackendError, OpenAIBackend, TransformersBackend
 from .prompts import TASKS
 from .runner import READER_OPTIONS, LabelConfig, label
@@ -49,6 +50,7 @@ def make_backend(args: argparse.Namespace):
                          cooldown=args.cooldown, extra_body=extra, seed=args.seed)
 
 
+@locks_output("args.output", "labelling output")  # before a local model is loaded (data_prep.locking)
 def run(args: argparse.Namespace) -> int:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request otherwise
     if args.concurrency < 1:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..io import DataError, Rejects
+from ..locking import locks_output
 from ..records import LabelledPair, Passage
 from ..text import Sentence, sentence_spans
 from .agreement import agreement
@@ -466,6 +467,7 @@ class Labeller:
         }
 
 
+@locks_output("cfg.output", "labelling output")  # one run per folder (data_prep.locking)
 def label(cfg: LabelConfig, backend, prompt: Prompt | None = None) -> dict[str, Any]:
     """Run one labelling job (see :class:`Labeller`); returns the summary also written to
     ``summary.json``."""
