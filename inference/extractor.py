@@ -97,13 +97,16 @@ class Extractor(PairScorer):
                      min_score: float | None = None, progress: bool = False) -> list[list[KeySentence]]:
         """:meth:`extract` for each (query, passage) item, batched."""
         k, m = self._rule(top_k, min_score)
-        result = []
-        for sents, scores in self.score_sentences(list(items), progress):
-            order = sorted(range(len(sents)), key=lambda j: (-scores[j], j))
-            keep = [j for j in order if m is None or scores[j] >= m][:k]
-            result.append([KeySentence(j, sents[j].text, sents[j].start, sents[j].end, float(scores[j]))
-                           for j in sorted(keep)])
-        return result
+        return [self.select(sents, scores, k, m) for sents, scores in self.score_sentences(list(items), progress)]
+
+    def select(self, sents: Sequence[Sentence], scores: Sequence[float], top_k: int | None = None,
+               min_score: float | None = None) -> list[KeySentence]:
+        """The extractor's rule on one passage's scored sentences (:meth:`score_sentences`): the
+        ``top_k`` best scoring at least ``min_score`` (defaults: the manifest's), in passage order."""
+        k, m = self._rule(top_k, min_score)
+        order = sorted(range(len(sents)), key=lambda j: (-scores[j], j))
+        keep = [j for j in order if m is None or scores[j] >= m][:k]
+        return [KeySentence(j, sents[j].text, sents[j].start, sents[j].end, float(scores[j])) for j in sorted(keep)]
 
     def extract(self, query: str, passage: str | Passage, top_k: int | None = None,
                 min_score: float | None = None) -> list[KeySentence]:

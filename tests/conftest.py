@@ -12,6 +12,7 @@ import gzip
 import json
 import os
 import re
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -174,3 +175,22 @@ def trainer_datasets(monkeypatch) -> dict:
 
     monkeypatch.setattr(core, "PairTrainer", Spy)
     return seen
+
+
+def write_export(tiny_bert: Path, out: Path, task: str, b: float) -> Path:
+    """A real export of ``task`` around tiny_bert whose every score is sigmoid(b) (calibration a = 0)."""
+    from inference.calibration import Calibration
+    from inference.decisions import SentenceSelection, Threshold, Thresholds
+    from inference.manifest import Manifest, ModelInfo
+    from inference.modeling import ModelSpec
+
+    decision = {"evaluator": Thresholds(0.7, 0.3), "answer_classifier": Threshold(0.5),
+                "extractor": SentenceSelection(top_k=3)}[task]
+    out.mkdir(parents=True)
+    for f in tiny_bert.iterdir():
+        if f.is_file():
+            shutil.copy2(f, out / f.name)
+    Manifest(task=task, model=ModelInfo(backbone=str(tiny_bert), head="cross-encoder"),
+             spec=ModelSpec(head="cross-encoder", max_length=128, max_query_length=16),
+             calibration=Calibration("platt", 0.0, b), thresholds=decision, name=out.name).write(out)
+    return out

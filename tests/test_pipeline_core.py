@@ -28,6 +28,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from conftest import write_export
 
 from data_prep.text import contains_answer
 from inference.answer import AnswerClassifier
@@ -625,22 +626,6 @@ def test_config_from_dict_refuses_unknown_settings():
 
 # --------------------------------------------------------------------------------------------
 # 10. the command line on real exports
-
-
-def write_export(tiny_bert: Path, out: Path, task: str, b: float) -> Path:
-    """A real export of ``task`` around tiny_bert whose every score is sigmoid(b) (calibration a = 0)."""
-    from inference.manifest import Manifest, ModelInfo
-
-    decision = {"evaluator": Thresholds(0.7, 0.3), "answer_classifier": Threshold(0.5),
-                "extractor": SentenceSelection(top_k=3)}[task]
-    out.mkdir(parents=True)
-    for f in tiny_bert.iterdir():
-        if f.is_file():
-            shutil.copy2(f, out / f.name)
-    Manifest(task=task, model=ModelInfo(backbone=str(tiny_bert), head="cross-encoder"),
-             spec=ModelSpec(head="cross-encoder", max_length=128, max_query_length=16),
-             calibration=Calibration("platt", 0.0, b), thresholds=decision, name=out.name).write(out)
-    return out
 
 
 @pytest.fixture(scope="module")
