@@ -61,6 +61,7 @@ import json
 import logging
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -704,6 +705,9 @@ def run_serve(args: argparse.Namespace) -> int:
                     workers=args.workers, log_level=args.log_level)
         return 0
     app = create_app(settings, models=load_models(settings))  # load errors before the port opens
+    # uvicorn stops on SIGTERM (no new connections, in-flight requests finished), then raises the
+    # signal again under the handler it found: make that one a no-op, so a clean stop exits 0
+    signal.signal(signal.SIGTERM, lambda *_: None)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return 0
 

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,38 @@ def write_export(tiny_bert: Path, out: Path, task: str, b: float) -> Path:
              spec=ModelSpec(head="cross-encoder", max_length=128, max_query_length=16),
              calibration=Calibration("platt", 0.0, b), thresholds=decision, name=out.name).write(out)
     return out
+
+
+@contextmanager
+def live_server(settings, models=None, timeout: float = 30.0):
+    """A real ``python -m inference serve`` app (``create_app`` on ``settings``, its exports loaded
+    with ``load_models`` unless ``models`` are given) under uvicorn in a daemon thread on a free local
+    port; yields its base URL and stops the server on exit."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from inference.serving.app import create_app, load_models
+
+    app = create_app(settings, models=models if models is not None else load_models(settings))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name=f"live-server-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout
+    while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError("the live server stopped while starting (see its log above)")
+        if time.monotonic() > deadline:
+            server.should_exit = True
+            raise TimeoutError(f"the live server did not start within {timeout}s")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout)
