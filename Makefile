@@ -14,7 +14,7 @@ export TRANSFORMERS_OFFLINE := 1
 export WANDB_MODE ?= offline
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: quickstart quickstart-models pipeline-demo test test-slow test-all lucene bench bench-scale bench-ray bench-training bench-scoring bench-models bench-labelling bench-pipeline bench-biencoder bench-quality bench-grading install clean
+.PHONY: quickstart quickstart-models pipeline-demo test test-slow test-all lucene bench bench-scale bench-ray bench-serving bench-training bench-scoring bench-models bench-labelling bench-pipeline bench-biencoder bench-quality bench-grading install clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -92,6 +92,11 @@ bench-scale: $(STAMP)
 ## then local Ray clusters of 1 and 2 nodes of one CPU each (run `make quickstart` first).
 bench-ray: $(STAMP)
 	$(PY) scripts/bench_ray.py --json outputs/bench/ray.json
+
+## The HTTP server under 1, 8 and 32 clients against FastAPI + sentence-transformers on the same weights,
+## and a 10,000-request load test with a SIGTERM half-way (about 10 min on 2 cores).
+bench-serving: $(STAMP)
+	$(PY) scripts/bench_serving.py --json outputs/bench/serving.json
 
 ## Ours vs sentence-transformers' CrossEncoderTrainer, the cross-encoder recipe on NQ-open (about 25 min on 2 cores).
 bench-training: $(STAMP)

@@ -52,11 +52,9 @@ logger = logging.getLogger("bench_ray")
 CHUNK = 1024
 
 
-def write_pairs(path: Path, n: int) -> int:
-    """``n`` (question, passage) pairs of the bundled NQ-open and SQuAD samples, every passage a
-    distinct chunk (the pipeline's 200-character chunks with 40 of overlap, as an index holds them)
-    and the questions taken in turn: a bi-encoder export caches vectors per process, so text that
-    repeats across the file would time the cache, which each Ray actor keeps apart."""
+def distinct_chunks() -> tuple[list, list[str]]:
+    """The bundled NQ-open and SQuAD samples as an index holds them (the pipeline's 200-character
+    chunks with 40 of overlap, each distinct), and their questions."""
     from data_prep.readers import open_source
     from pipeline.chunking import chunks_from_source
 
@@ -64,6 +62,15 @@ def write_pairs(path: Path, n: int) -> int:
     chunks = [c for fmt, f in sources.items()
               for c in chunks_from_source(fmt, input=str(f), max_chars=200, overlap=40, unit="chars")]
     questions = [q.query for fmt, f in sources.items() for q in open_source(fmt, input=str(f)).queries()]
+    return chunks, questions
+
+
+def write_pairs(path: Path, n: int) -> int:
+    """``n`` (question, passage) pairs of the bundled NQ-open and SQuAD samples, every passage a
+    distinct chunk (the pipeline's 200-character chunks with 40 of overlap, as an index holds them)
+    and the questions taken in turn: a bi-encoder export caches vectors per process, so text that
+    repeats across the file would time the cache, which each Ray actor keeps apart."""
+    chunks, questions = distinct_chunks()
     if len(chunks) < n:
         raise ValueError(f"--pairs {n}: the samples hold {len(chunks)} distinct chunks")
     with open(path, "w", encoding="utf-8") as f:

@@ -323,11 +323,18 @@ def test_strip_vectors_let_the_evaluator_refine_without_a_model_pass(newline_exp
     assert calls == []
 
 
-def test_bench_biencoder_script(bi_export, data, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def bi_lex_export(tiny_bert, data, tmp_path_factory):
+    return train_model(_config(tiny_bert, data, tmp_path_factory.mktemp("bi-lex"), lexical_feature=True)).export_dir
+
+
+@pytest.mark.parametrize("export", ["bi_export", "bi_lex_export"])
+def test_bench_biencoder_script(export, data, tmp_path, monkeypatch, request):
     import importlib.util
     import sys
     from pathlib import Path
 
+    folder = request.getfixturevalue(export)
     root = Path(__file__).resolve().parents[1]
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     spec = importlib.util.spec_from_file_location("bench_biencoder", root / "scripts" / "bench_biencoder.py")
@@ -335,13 +342,29 @@ def test_bench_biencoder_script(bi_export, data, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "bench_biencoder", bench)
     spec.loader.exec_module(bench)
     out = tmp_path / "b.json"
-    assert bench.main(["--model", str(bi_export), "--json", str(out), "--pairs", "40", "--repeats", "1",
+    assert bench.main(["--model", str(folder), "--json", str(out), "--pairs", "40", "--repeats", "1",
                        "--latency-queries", "2", "--latency-repeats", "1", "--max-load", "1000", "--wait", "0",
                        "--data", str(data["dev_pairs"])]) == 0
     res = json.loads(out.read_text())
     assert res["pairs"] == 40 and 10 <= res["distinct_queries"] <= 20
-    assert res["max_abs_cosine_diff"] < 1e-4  # the same cosines as SentenceTransformer on the same weights
-    assert res["ours_pairs_per_s"] > 0 and res["latency_top5"]["grade"]["queries"] == 2
+    # the engine's cosine (model logit / scale, before any lexical term) is SentenceTransformer's on the same weights
+    assert res["cosines_agree"] and res["max_abs_cosine_diff_vs_st"] < 1e-5 and res["cosine_tolerance"] == 1e-5
+    assert res["max_abs_logit_decomposition_error"] < 1e-9  # full logit = model logit + lexical term
+    for key in ("ours_with_lexical_pairs_per_s", "ours_without_lexical_pairs_per_s", "st_naive_pairs_per_s",
+                "st_dedup_pairs_per_s", "speedup_without_lexical_vs_st_naive", "speedup_without_lexical_vs_st_dedup",
+                "speedup_with_lexical_vs_st_naive", "speedup_with_lexical_vs_st_dedup"):
+        assert res[key] > 0, key
+    for k in (5, 20):
+        lat = res[f"latency_top{k}"]
+        assert {"grade", "model", "st_encode"} <= set(lat) and lat["grade"]["queries"] == 2
+        assert res[f"latency_speedup_top{k}_with_lexical"] > 0 and res[f"latency_speedup_top{k}_without_lexical"] > 0
+    if export == "bi_lex_export":
+        lex = res["lexical"]
+        assert lex["weight"] > 0 and res["lexical_term_pairs_per_s"] > 0 and lex["term_max"] > 0
+        # the old comparison (full logit / scale against the peer's cosine) holds the lexical term
+        assert lex["max_abs_full_logit_over_scale_vs_st_cosine"] > res["max_abs_cosine_diff_vs_st"]
+    else:
+        assert res["lexical"] is None and res["lexical_term_pairs_per_s"] is None
 
 
 def test_the_vector_cache_serves_threads(bi_export, dev_pairs):

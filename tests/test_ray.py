@@ -232,8 +232,11 @@ def test_a_node_that_leaves_mid_job(tmp_path, tiny_bert):
 
 
 @pytest.mark.slow
-def test_cli_with_ray_local_and_with_ray_auto_on_a_ray_start_cluster(tmp_path, ce_export):
-    """The commands as users run them: ``--ray local``, and ``--ray auto`` against ``ray start``."""
+def test_cli_with_ray_local_and_with_ray_auto_on_a_ray_start_cluster(tmp_path, ce_export, tiny_bert):
+    """The four commands as users run them, each with ``--ray local`` and with ``--ray auto``
+    against ``ray start``, against the one-process run."""
+    import numpy as np
+
     if ray.is_initialized():
         ray.shutdown()
     # token authentication (on by default for local clusters since Ray 2.59): one token for the
@@ -246,6 +249,29 @@ def test_cli_with_ray_local_and_with_ray_auto_on_a_ray_start_cluster(tmp_path, c
     subprocess.run(mine + ["--output", str(tmp_path / "local"), "--ray", "local", "--ray-workers", "2"], check=True,
                    cwd=ROOT, env=env)
     assert (tmp_path / "local" / "examples.jsonl").read_bytes() == (tmp_path / "one" / "examples.jsonl").read_bytes()
+    pairs = _pairs_file(tmp_path)
+    score = [py, "-m", "inference", "score", "--model", str(ce_export), "--input", str(pairs), "--no-progress"]
+    distill = [py, "-m", "training.distill", "--teacher", str(ce_export), "--input", str(pairs)]
+    index = [py, "-m", "pipeline", "index", "--format", "nq-open", "--input", str(NQ_SAMPLE), "--dense-model",
+             str(tiny_bert), "--no-progress"]
+    def name(cmd: list[str], label: str) -> str:
+        return str(tmp_path / f"{cmd[2]}-{label}{'' if cmd is index else '.jsonl'}")
+
+    for cmd, out in ((score, "--output"), (distill, "--output"), (index, "--out")):
+        subprocess.run(cmd + [out, name(cmd, "one")], check=True, cwd=ROOT, env=env)
+        subprocess.run(cmd + [out, name(cmd, "local"), "--ray", "local", "--ray-workers", "2"], check=True, cwd=ROOT,
+                       env=env)
+
+    def same_outputs(label: str) -> None:
+        _assert_same_scores(Path(name(score, "one")), Path(name(score, label)))
+        a, b = _scores(Path(name(distill, "one"))), _scores(Path(name(distill, label)))
+        assert len(a) == len(b) > 0 and all(x["passage"] == y["passage"] for x, y in zip(a, b))
+        assert max(abs(x["label"] - y["label"]) for x, y in zip(a, b)) <= 1e-6
+        one, other = tmp_path / "pipeline-one", tmp_path / f"pipeline-{label}"
+        assert (one / "metadata_map.json").read_bytes() == (other / "metadata_map.json").read_bytes()
+        assert np.abs(np.load(one / "dense.npy") - np.load(other / "dense.npy")).max() <= 1e-6
+
+    same_outputs("local")
     ray_bin = str(Path(py).parent / "ray")
     subprocess.run([ray_bin, "start", "--head", "--num-cpus", "2", "--port", "6391", "--include-dashboard", "false"],
                    check=True, env=env, capture_output=True)
@@ -253,12 +279,9 @@ def test_cli_with_ray_local_and_with_ray_auto_on_a_ray_start_cluster(tmp_path, c
         env_auto = dict(env, RAY_ADDRESS="127.0.0.1:6391")
         subprocess.run(mine + ["--output", str(tmp_path / "auto"), "--ray", "auto"], check=True, cwd=ROOT, env=env_auto)
         assert (tmp_path / "auto" / "examples.jsonl").read_bytes() == (tmp_path / "one" / "examples.jsonl").read_bytes()
-        pairs = _pairs_file(tmp_path)
-        score = [py, "-m", "inference", "score", "--model", str(ce_export), "--input", str(pairs), "--no-progress"]
-        subprocess.run(score + ["--output", str(tmp_path / "one.jsonl")], check=True, cwd=ROOT, env=env)
-        subprocess.run(score + ["--output", str(tmp_path / "auto.jsonl"), "--ray", "auto"], check=True, cwd=ROOT,
-                       env=env_auto)
-        _assert_same_scores(tmp_path / "one.jsonl", tmp_path / "auto.jsonl")
+        for cmd, out in ((score, "--output"), (distill, "--output"), (index, "--out")):
+            subprocess.run(cmd + [out, name(cmd, "auto"), "--ray", "auto"], check=True, cwd=ROOT, env=env_auto)
+        same_outputs("auto")
     finally:
         subprocess.run([ray_bin, "stop", "--force"], env=env, capture_output=True)
 

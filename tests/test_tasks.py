@@ -385,7 +385,8 @@ for path, task in json.loads(sys.argv[1]):
         out = m.grade(pairs[0][0], [pairs[0][1]])
     assert out
 TRAINING_ONLY = ("training", "accelerate", "peft", "wandb", "datasets", "matplotlib", "tensorboard", "evaluate",
-                 "bm25s", "faiss", "sklearn")
+                 "bm25s", "faiss", "sklearn", "fastapi", "uvicorn", "prometheus_client", "langchain_core",
+                 "llama_index", "langgraph", "integrations")
 print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & set(TRAINING_ONLY))))
 """
 
@@ -393,7 +394,8 @@ print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}} & set(TRAINING_
 HIDE = """
 import importlib.abc, sys
 HIDDEN = {"training", "accelerate", "peft", "wandb", "datasets", "matplotlib", "tensorboard", "evaluate", "bm25s",
-          "faiss", "sklearn", "numba", "jieba", "rank_bm25", "scipy"}
+          "faiss", "sklearn", "numba", "jieba", "rank_bm25", "scipy", "fastapi", "uvicorn", "prometheus_client",
+          "langchain_core", "llama_index", "langgraph"}
 class Hide(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in HIDDEN:
