@@ -255,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load-test", type=int, default=10_000, help="requests of the load test (0: none)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request would load the client
     if not Path(args.model).is_dir():
         print(f"error: no export at {args.model}: run `make quickstart` first, or give --model", file=sys.stderr)
         return 2
