@@ -28,7 +28,7 @@ import logging
 import time
 import uuid
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from data_prep.records import Passage
@@ -61,7 +61,6 @@ class ServeSettings:
     host: str = "127.0.0.1"
     port: int = 8080
     workers: int = 1
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,7 +86,7 @@ class ServedModel:
     def __init__(self, model, role: str, settings: ServeSettings, on_batch=None):
         self.model, self.role = model, role
         self.retry_after_s = settings.retry_after_s
-        fn = self._score_sentences if model.task == "extractor" else self._score_pairs
+        fn = model.score_sentences if model.task == "extractor" else self._score_pairs
         self.batcher = DynamicBatcher(fn, max_batch_items=settings.max_batch_items, max_wait_ms=settings.max_wait_ms,
                                       max_queue_items=settings.max_queue_items, name=role,
                                       on_batch=(lambda r, n: on_batch(role, r, n)) if on_batch else None)
@@ -95,9 +94,6 @@ class ServedModel:
     def _score_pairs(self, items: list[tuple[str, str]]) -> list[tuple[float, float]]:
         z, _ = self.model.text_logits([q for q, _ in items], [p for _, p in items])
         return list(zip(self.model.calibrate(z).tolist(), z.tolist()))
-
-    def _score_sentences(self, items: list[tuple[str, Any]]):
-        return self.model.score_sentences(items)
 
     def info(self) -> dict[str, Any]:
         m = self.model.manifest
