@@ -61,7 +61,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import sys
 import time
 from pathlib import Path
@@ -676,6 +675,9 @@ def add_serve_args(v: argparse.ArgumentParser) -> None:
     v.add_argument("--bf16", action="store_true", help="bfloat16 autocast where the device supports it")
     v.add_argument("--device", default=None, help="cuda, mps, cpu, cuda:1, ... (default: CUDA, then MPS, then CPU)")
     v.add_argument("--trust-pickle", action="store_true", help="allow pickle weights (.bin/.pt): only for models you trust")
+    v.add_argument("--grace-seconds", type=float, default=0.0,
+                   help="on SIGTERM, serve this long with /health at 503 (for a load balancer to notice) before the "
+                        "listener closes; requests in flight and in the listen backlog are finished either way")
     v.add_argument("--log-level", default="info", help="uvicorn's log level")
 
 
@@ -683,7 +685,7 @@ def run_serve(args: argparse.Namespace) -> int:
     try:
         import fastapi  # noqa: F401
         import prometheus_client  # noqa: F401
-        import uvicorn
+        import uvicorn  # noqa: F401
     except ImportError as e:
         raise ValueError(f"serve needs the serve extra ({e.name} is missing): pip install 'crag-evaluators[serve]'") from None
     from .serving.app import ServeSettings, create_app, load_models
@@ -698,18 +700,16 @@ def run_serve(args: argparse.Namespace) -> int:
                              max_batch_items=args.max_batch_items, max_wait_ms=args.max_wait_ms,
                              max_queue_items=args.max_queue_items, model_name=args.model_name, host=args.host,
                              port=args.port, workers=args.workers)
+    from .serving.server import serve
+
     if args.workers > 1:  # each process loads the models itself, from the settings in its environment
         os.environ["CRAG_SERVE_SETTINGS"] = json.dumps(settings.to_dict())
         create_app(settings, models={})  # the settings' errors (an unset API key variable) here, not per worker
-        uvicorn.run("inference.serving.app:app_from_env", factory=True, host=args.host, port=args.port,
-                    workers=args.workers, log_level=args.log_level)
-        return 0
-    app = create_app(settings, models=load_models(settings))  # load errors before the port opens
-    # uvicorn stops on SIGTERM (no new connections, in-flight requests finished), then raises the
-    # signal again under the handler it found: make that one a no-op, so a clean stop exits 0
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
-    return 0
+        app = "inference.serving.app:app_from_env"
+    else:
+        app = create_app(settings, models=load_models(settings))  # load errors before the port opens
+    return serve(app, host=args.host, port=args.port, log_level=args.log_level, workers=args.workers,
+                 grace_s=args.grace_seconds)
 
 
 def main(argv: list[str] | None = None) -> int:

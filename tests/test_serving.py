@@ -328,6 +328,132 @@ def test_sigterm_finishes_accepted_requests_and_exits_0(ce_export, questions):
             proc.kill()
 
 
+def _start_server(ce_export, port: int, *extra: str) -> subprocess.Popen:
+    import httpx
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "inference", "serve", "--model", str(ce_export), "--device", "cpu",
+                             "--port", str(port), "--log-level", "warning", *extra], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 180
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            raise AssertionError(f"the server did not start: {proc.stdout.read()}")
+        time.sleep(0.2)
+
+
+def _hammer(url: str, body: dict, stop: threading.Event, outcomes: list[str], keep_alive: bool) -> None:
+    """Requests as fast as the server answers until ``stop``: on one kept-alive connection (a pooled
+    client, reconnecting when the server closes it) or on a new connection each."""
+    import httpx
+
+    with httpx.Client(base_url=url, timeout=60) as pooled:
+        while not stop.is_set():
+            try:
+                r = pooled.post("/v1/rerank", json=body) if keep_alive else httpx.post(f"{url}/v1/rerank", json=body,
+                                                                                       timeout=60)
+                outcomes.append(f"status {r.status_code}")
+            except (httpx.ConnectError, httpx.ConnectTimeout):
+                outcomes.append("refused")  # never accepted: the listener is sealed or closed
+                time.sleep(0.05)
+            except httpx.TransportError as e:  # the request was sent on a connection, then lost
+                outcomes.append(f"lost {type(e).__name__}")
+
+
+def test_sigterm_under_load_resets_no_connection_from_the_backlog(ce_export, questions):
+    """Clients sending as fast as they can, half on kept-alive connections, half on new ones: at
+    SIGTERM no request that reached the server is lost, neither one sent on a kept-alive connection
+    (uvicorn alone closes idle ones under it) nor one in the kernel's listen backlog."""
+    port = _free_port()
+    proc = _start_server(ce_export, port)
+    url = f"http://127.0.0.1:{port}"
+    q, docs = questions[0]
+    outcomes: list[str] = []
+    stop = threading.Event()
+    try:
+        threads = [threading.Thread(target=_hammer, args=(url, {"query": q, "documents": docs}, stop, outcomes, i % 2))
+                   for i in range(32)]
+        for t in threads:
+            t.start()
+        time.sleep(2.0)
+        served_before = outcomes.count("status 200")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, proc.stdout.read()
+        stop.set()
+        for t in threads:
+            t.join(60)
+        lost = [o for o in outcomes if o.startswith("lost")]
+        assert served_before > 0 and not lost, (len(outcomes), lost[:5])
+        assert set(outcomes) <= {"status 200", "refused"}, set(outcomes)
+    finally:
+        stop.set()
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_grace_period_fails_health_closes_connections_and_still_serves(ce_export, questions):
+    import httpx
+
+    port = _free_port()
+    proc = _start_server(ce_export, port, "--grace-seconds", "3")
+    url = f"http://127.0.0.1:{port}"
+    q, docs = questions[0]
+    try:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            r = c.post("/v1/rerank", json={"query": q, "documents": docs})
+            assert r.status_code == 200 and r.headers.get("connection") != "close"
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            h = c.get("/health")
+            assert h.status_code == 503 and h.json() == {"status": "draining"}
+            r = c.post("/v1/rerank", json={"query": q, "documents": docs})
+            assert r.status_code == 200 and r.headers["connection"] == "close"  # served, connection not kept
+        assert proc.wait(60) == 0
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{url}/health", timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_workers_serve_from_several_processes_and_stop_cleanly(ce_export, local, questions):
+    import httpx
+
+    port = _free_port()
+    proc = _start_server(ce_export, port, "--workers", "2")
+    url = f"http://127.0.0.1:{port}"
+    q, docs = questions[1]
+    try:
+        expected = list(local.score([(q, d) for d in docs]))
+        pids: set[int] = set()
+
+        def one(_):
+            with httpx.Client(base_url=url, timeout=60) as c:
+                r = c.post("/v1/rerank", json={"query": q, "documents": docs})
+                scores = [x["relevance_score"] for x in sorted(r.json()["results"], key=lambda x: x["index"])]
+                return c.get("/info").json()["pid"], scores
+
+        with ThreadPoolExecutor(8) as pool:
+            for _ in range(10):  # a shared socket does not promise an even spread: ask until both answered
+                for pid, scores in pool.map(one, range(16)):
+                    pids.add(pid)
+                    assert scores == pytest.approx(expected, abs=1e-6)
+                if len(pids) == 2:
+                    break
+        assert len(pids) == 2 and proc.pid not in pids, pids
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, proc.stdout.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_serve_without_the_extra_says_which_to_install(monkeypatch, ce_export, capsys):
     from inference.cli import main
 

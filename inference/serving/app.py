@@ -198,6 +198,7 @@ def create_app(settings: ServeSettings, models: dict[str, ServedModel] | None = 
 
     app = FastAPI(title="crag-evaluators", version=_package_version(), lifespan=lifespan,
                   description="CRAG retrieval evaluators: rerank, grade, extract, has_answer.")
+    app.state.draining = False  # set on SIGTERM by inference.serving.server.DrainingServer
 
     bearer = HTTPBearer(auto_error=False)
     header_key = APIKeyHeader(name="X-API-Key", auto_error=False)
@@ -218,6 +219,8 @@ def create_app(settings: ServeSettings, models: dict[str, ServedModel] | None = 
         endpoint = getattr(route, "path", "other")
         requests_total.labels(endpoint, str(response.status_code)).inc()
         latency.labels(endpoint).observe(time.perf_counter() - t0)
+        if app.state.draining:  # stopping: clients open no more requests on this connection
+            response.headers["Connection"] = "close"
         return response
 
     @app.exception_handler(RequestError)
@@ -247,13 +250,14 @@ def create_app(settings: ServeSettings, models: dict[str, ServedModel] | None = 
 
     @app.get("/health")
     async def health():
-        if not state["ready"]:
-            return JSONResponse({"status": "unavailable"}, status_code=503)
+        if not state["ready"] or app.state.draining:
+            return JSONResponse({"status": "draining" if app.state.draining else "unavailable"}, status_code=503)
         return {"status": "ok"}
 
     @app.get("/info", dependencies=guarded)
     async def info():
-        return {"version": _package_version(), "models": {k: v.info() for k, v in (state["models"] or {}).items()},
+        return {"version": _package_version(), "pid": os.getpid(),
+                "models": {k: v.info() for k, v in (state["models"] or {}).items()},
                 "limits": {k: getattr(settings, k) for k in ("max_documents", "max_chars", "max_batch_items",
                                                              "max_wait_ms", "max_queue_items")}}
 
