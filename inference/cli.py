@@ -5,6 +5,9 @@
     python -m inference evaluate --model DIR --data dev.pairs.jsonl --output-json metrics.json \\
         [--format F] [--plots DIR] [--two-tier] [--skip-empty-passages]
 
+(``python -m inference serve``, the exports over HTTP, is registered here too; its options and
+start-up are in :mod:`inference.serving.command`.)
+
 What a row's output and the metrics are depends on the export's task:
 
 * ``evaluator``: per pair the calibrated score, raw score and CRAG action; metrics accuracy (at
@@ -59,7 +62,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import shutil
 import sys
 import time
@@ -80,6 +82,7 @@ from data_prep.records import Passage
 from .decisions import action_of
 from .loading import ExportError, load
 from .metrics import evaluate_scores, expected_calibration_error, extraction_metrics, roc_auc
+from .serving.command import register as register_serve
 
 logger = logging.getLogger(__name__)
 
@@ -640,76 +643,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--plots", default=None, help="folder for reliability / histogram / threshold plots")
     _common(e)
     e.set_defaults(func=run_evaluate)
-    v = sub.add_parser("serve", help="serve exports over HTTP: /v1/rerank (Cohere/Jina/Infinity), /rerank (TEI), "
-                                     "/v1/grade, /v1/extract, /v1/has_answer, /health, /info, /metrics (needs the "
-                                     "serve extra)")
-    add_serve_args(v)
-    v.set_defaults(func=run_serve)
+    register_serve(sub)
     return parser
-
-
-def add_serve_args(v: argparse.ArgumentParser) -> None:
-    from .serving.app import ServeSettings
-
-    d = ServeSettings(model="")
-    v.add_argument("--model", required=True, help="an evaluator (or answer classifier) export: /v1/rerank, /rerank, "
-                                                  "/v1/grade")
-    v.add_argument("--extractor", default=None, help="an extractor export: /v1/extract")
-    v.add_argument("--answer-classifier", default=None, help="an answer classifier export: /v1/has_answer")
-    v.add_argument("--host", default=d.host, help="address to bind (default 127.0.0.1: this machine only)")
-    v.add_argument("--port", type=int, default=d.port)
-    v.add_argument("--workers", type=int, default=d.workers,
-                   help="server processes, each with its own copy of the models (default 1)")
-    v.add_argument("--api-key-env", default=None, metavar="VAR",
-                   help="require the key held in environment variable VAR (Authorization: Bearer KEY or X-API-Key)")
-    v.add_argument("--model-name", default=None, help="the model name /v1/rerank answers with (default: the export's)")
-    v.add_argument("--max-documents", type=int, default=d.max_documents, help="documents per request (more: 413)")
-    v.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per request (more: 413)")
-    v.add_argument("--max-batch-items", type=int, default=d.max_batch_items,
-                   help="pairs merged into one model call (the engine cuts it into passes under --batch-tokens)")
-    v.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms,
-                   help="how long a request waits for others to share its model call")
-    v.add_argument("--max-queue-items", type=int, default=d.max_queue_items,
-                   help="pairs waiting at most; beyond it a request gets 503 with Retry-After")
-    v.add_argument("--batch-tokens", type=int, default=None, help="padded tokens per forward pass (default per device)")
-    v.add_argument("--bf16", action="store_true", help="bfloat16 autocast where the device supports it")
-    v.add_argument("--device", default=None, help="cuda, mps, cpu, cuda:1, ... (default: CUDA, then MPS, then CPU)")
-    v.add_argument("--trust-pickle", action="store_true", help="allow pickle weights (.bin/.pt): only for models you trust")
-    v.add_argument("--grace-seconds", type=float, default=0.0,
-                   help="on SIGTERM, serve this long with /health at 503 (for a load balancer to notice) before the "
-                        "listener closes; requests in flight and in the listen backlog are finished either way")
-    v.add_argument("--log-level", default="info", help="uvicorn's log level")
-
-
-def run_serve(args: argparse.Namespace) -> int:
-    try:
-        import fastapi  # noqa: F401
-        import prometheus_client  # noqa: F401
-        import uvicorn  # noqa: F401
-    except ImportError as e:
-        raise ValueError(f"serve needs the serve extra ({e.name} is missing): pip install 'crag-evaluators[serve]'") from None
-    from .serving.app import ServeSettings, create_app, load_models
-
-    for name in ("workers", "max_documents", "max_chars", "max_batch_items", "max_queue_items"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
-    settings = ServeSettings(model=args.model, extractor=args.extractor, answer_classifier=args.answer_classifier,
-                             device=args.device, dtype="bf16" if args.bf16 else None, batch_tokens=args.batch_tokens,
-                             trust_pickle=args.trust_pickle, api_key_env=args.api_key_env,
-                             max_documents=args.max_documents, max_chars=args.max_chars,
-                             max_batch_items=args.max_batch_items, max_wait_ms=args.max_wait_ms,
-                             max_queue_items=args.max_queue_items, model_name=args.model_name, host=args.host,
-                             port=args.port, workers=args.workers)
-    from .serving.server import serve
-
-    if args.workers > 1:  # each process loads the models itself, from the settings in its environment
-        os.environ["CRAG_SERVE_SETTINGS"] = json.dumps(settings.to_dict())
-        create_app(settings, models={})  # the settings' errors (an unset API key variable) here, not per worker
-        app = "inference.serving.app:app_from_env"
-    else:
-        app = create_app(settings, models=load_models(settings))  # load errors before the port opens
-    return serve(app, host=args.host, port=args.port, log_level=args.log_level, workers=args.workers,
-                 grace_s=args.grace_seconds)
 
 
 def main(argv: list[str] | None = None) -> int:

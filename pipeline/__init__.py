@@ -13,7 +13,9 @@ module            stage
 ``rounds``        multi-round retrieval: query rewriting and stop rules
 ``web``           the ``WebSearcher`` interface, a JSON HTTP searcher, keyword queries
 ``refine``        knowledge refinement: key strips, top 5, original order
-``evidence``      source credibility, conflict notes
+``credibility``   source credibility: static scores, time decay, calibration, registered domains
+``quantities``    quantity spotting: numbers with units, currencies, scale words (pint conversions)
+``conflicts``     conflict notes: evidence items stating different values for the same thing
 ``generate``      the ``Generator`` interface: extractive (default), local LM, OpenAI-compatible
 ``core``          :class:`CragPipeline`: the stages in order, stage times, the naive path
 ``cli``           ``python -m pipeline index | ask | evaluate``

@@ -96,7 +96,7 @@ def make_pipeline(args: argparse.Namespace):
     import inference
 
     from .core import CragPipeline, PipelineConfig
-    from .evidence import CredibilityTable
+    from .credibility import CredibilityTable
     from .generate import make_generator
     from .index import HybridIndex
 

@@ -23,8 +23,8 @@ Stages (each a small module behind a small interface; see ``pipeline/__init__.py
    (:data:`~pipeline.types.ABSTAIN`), never a guess.
 5. **Refine** (:func:`~pipeline.refine.refine`): the kept chunks' key strips (extractor sentences
    or word windows), top 5, in original order.
-6. **Evidence**: each strip gets its source's credibility (:class:`~pipeline.evidence.CredibilityTable`);
-   disagreements between strips become conflict notes (:func:`~pipeline.evidence.detect_conflicts`).
+6. **Evidence**: each strip gets its source's credibility (:class:`~pipeline.credibility.CredibilityTable`);
+   disagreements between strips become conflict notes (:func:`~pipeline.conflicts.detect_conflicts`).
 7. **Answer** (:class:`~pipeline.generate.Generator`): extractive by default (no LLM).
 
 The naive path (:meth:`CragPipeline.ask_naive`) is recall, then the same generator on the sentences
@@ -43,7 +43,8 @@ from typing import Any, Sequence
 from data_prep.text import sentence_spans
 from inference.decisions import query_action
 
-from .evidence import CredibilityTable, detect_conflicts
+from .conflicts import detect_conflicts
+from .credibility import CredibilityTable
 from .generate import ExtractiveGenerator
 from .grading import Friendliness, Grading, GradingConfig, IndexReference, IndexVectors, grade_hits
 from .recall import HybridRecall

@@ -6,8 +6,8 @@ record                 made by
 :class:`Chunk`         chunking (:mod:`pipeline.chunking`), web search (:mod:`pipeline.web`)
 :class:`Hit`           hybrid recall (:mod:`pipeline.recall`): a chunk with its fused score
 :class:`GradedChunk`   grading (:mod:`pipeline.grading`): evaluator score and CRAG action
-:class:`Evidence`      refinement (:mod:`pipeline.refine`) + credibility (:mod:`pipeline.evidence`)
-:class:`Conflict`      conflict detection (:mod:`pipeline.evidence`)
+:class:`Evidence`      refinement (:mod:`pipeline.refine`) + credibility (:mod:`pipeline.credibility`)
+:class:`Conflict`      conflict detection (:mod:`pipeline.conflicts`)
 :class:`Answer`        generation (:mod:`pipeline.generate`)
 =====================  ================================================================
 """

@@ -19,7 +19,7 @@ paragraphs are graded like any other passage. This module gives the pieces that 
   docstring for the rules). Deterministic, so a run can be replayed.
 
 The term helpers (:data:`STOPWORDS`, :func:`is_code_like`, :func:`terms`) are shared with
-:mod:`pipeline.rounds` and :mod:`pipeline.evidence`.
+:mod:`pipeline.rounds`, :mod:`pipeline.quantities` and :mod:`pipeline.conflicts`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from pipeline.types import Chunk
 logger = logging.getLogger(__name__)
 
 # ---------------------------------------------------------------------------------------------
-# Term helpers (shared with pipeline.rounds and pipeline.evidence)
+# Term helpers (shared with pipeline.rounds, pipeline.quantities and pipeline.conflicts)
 # ---------------------------------------------------------------------------------------------
 
 #: question words and auxiliaries a keyword query never needs

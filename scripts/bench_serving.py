@@ -144,8 +144,9 @@ def pct(xs: list[float], q: float) -> float:
 
 
 async def drive(url: str, requests: list[dict], clients: int, timeout: float = 300, keepalive: bool = True,
-                backoff_s: float = 0.0) -> dict:
-    """Send ``requests`` from ``clients`` concurrent clients; latencies, statuses and bodies."""
+                backoff_s: float = 0.0, progress: dict | None = None) -> dict:
+    """Send ``requests`` from ``clients`` concurrent clients; latencies, statuses and bodies
+    (``progress["done"]`` counts the answered ones as they come)."""
     import httpx
 
     latencies: list[float] = [0.0] * len(requests)
@@ -170,6 +171,8 @@ async def drive(url: str, requests: list[dict], clients: int, timeout: float = 3
             except httpx.TransportError as e:
                 statuses[i] = f"lost: {type(e).__name__}"
             latencies[i] = time.perf_counter() - t0
+            if progress is not None:
+                progress["done"] = progress.get("done", 0) + 1
 
     async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as c:
         t0 = time.perf_counter()
@@ -220,15 +223,14 @@ def load_test(model_dir: str, n: int, clients: int, texts: list[str], questions:
             loop = asyncio.new_event_loop()
 
             async def with_kill():
-                task = asyncio.ensure_future(drive(url, reqs, clients, timeout=120, keepalive=False, backoff_s=BACKOFF_S))
-                while True:  # half-way through the steady run's time
-                    await asyncio.sleep(0.5)
-                    if task.done() or time.perf_counter() - t_start > half:
-                        break
+                progress: dict = {}
+                task = asyncio.ensure_future(drive(url, reqs, clients, timeout=120, keepalive=False, backoff_s=BACKOFF_S,
+                                                   progress=progress))
+                while not task.done() and progress.get("done", 0) < n // 2:  # half-way through the requests
+                    await asyncio.sleep(0.01)
                 proc.send_signal(signal.SIGTERM)
                 return await task
 
-            t_start, half = time.perf_counter(), out["steady"]["wall_s"] / 2
             res = loop.run_until_complete(with_kill())
             loop.close()
             code = proc.wait(120)

@@ -1,4 +1,5 @@
-"""pipeline.evidence: credibility lookups, decay, clipping and calibration; conflict detection."""
+"""pipeline.credibility (lookups, registered domains, decay, clipping, calibration) and
+pipeline.conflicts / pipeline.quantities (quantity spotting, unit conversion, conflict detection)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from datetime import date
 
 import pytest
 
-from pipeline.evidence import CredibilityTable, detect_conflicts, extract_mentions
+from pipeline.conflicts import detect_conflicts, extract_mentions
+from pipeline.credibility import CredibilityTable
 from pipeline.types import Evidence
 
 
@@ -26,6 +28,53 @@ def test_lookup_by_exact_source_then_domain_then_default():
     assert t.credibility("https://vendor.org/") == 0.5  # the child's score does not cover the parent
     assert t.credibility("unknown.pdf") == 0.5
     assert t.credibility("") == 0.5
+
+
+def test_parent_domains_stop_at_the_registered_domain():
+    # the Public Suffix List (tldextract's bundled snapshot): co.uk is a suffix, not a parent domain
+    t = CredibilityTable({"co.uk": 0.9, "example.com": 0.7}, default=0.5)
+    assert t.credibility("news.bbc.co.uk") == 0.5
+    assert t.credibility("https://news.bbc.co.uk/news/world") == 0.5
+    assert t.credibility("co.uk") == 0.9  # an exact entry still counts
+    t = CredibilityTable({"bbc.co.uk": 0.8, "github.io": 0.9}, default=0.5)
+    assert t.credibility("https://www.news.bbc.co.uk/x") == 0.8
+    assert t.credibility("alice.github.io") == 0.5  # a private suffix: its users' sites are not GitHub's
+    # hosts under no known suffix try their parents down to two labels; IP addresses only themselves
+    t = CredibilityTable({"wiki.intranet": 0.8, "0.1": 0.9, "10.0.0.1": 0.3}, default=0.5)
+    assert t.credibility("http://team.wiki.intranet/page") == 0.8
+    assert t.credibility("http://192.168.0.1/") == 0.5 and t.credibility("http://10.0.0.1:8080/") == 0.3
+
+
+def test_domain_lookups_fetch_nothing(monkeypatch):
+    import socket
+
+    from pipeline import credibility
+
+    credibility._suffix_extractor.cache_clear()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the public suffix list must not be fetched")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    assert CredibilityTable({"bbc.co.uk": 0.8}).credibility("news.bbc.co.uk") == 0.8
+    assert credibility.registered_domain("a.b.example.co.uk") == "example.co.uk"
+
+
+def test_published_dates_iso_and_others():
+    from pipeline.credibility import parse_date
+
+    assert parse_date("2024-03-05") == date(2024, 3, 5)
+    assert parse_date("2024-03-05T10:00:00Z") == date(2024, 3, 5)
+    assert parse_date("2024-03-05 23:30:00+02:00") == date(2024, 3, 5)
+    assert parse_date("2024-03") == date(2024, 3, 1) and parse_date("2024") == date(2024, 1, 1)
+    assert parse_date("Tue, 05 Mar 2024 10:00:00 GMT") == date(2024, 3, 5)  # RSS / HTTP dates
+    assert parse_date("March 5, 2024") == date(2024, 3, 5)
+    assert parse_date("March 2024") == date(2024, 3, 1)
+    for bad in ("not a date", "March 5", "5", "", None, "2024-13-01"):
+        assert parse_date(bad) is None, bad
+    with pytest.raises(ValueError, match="now must be"):
+        CredibilityTable(now="soon")
 
 
 def test_clipping_to_the_seed_range():
@@ -118,6 +167,38 @@ def test_from_file_json_and_yaml_round_trip(tmp_path):
 
 def ev(*pairs: tuple[str, str]) -> list[Evidence]:
     return [Evidence(text=t, chunk_id=f"c{i}", source=s, score=1.0) for i, (t, s) in enumerate(pairs)]
+
+
+def test_every_unit_spelling_converts_to_its_dimension():
+    from pipeline.quantities import BASE_UNITS, UNIT_SPELLINGS, to_base
+
+    for spellings, dim, unit, _ in UNIT_SPELLINGS:
+        if unit is None:
+            assert dim.startswith("currency:"), spellings
+            continue
+        assert dim in BASE_UNITS, (spellings, dim)
+        assert to_base(1.0, unit, dim) > 0 or dim == "temperature", spellings  # pint raises on a wrong dimension
+
+
+def test_quantities_in_base_units():
+    from pipeline.quantities import find_quantities
+
+    got = {q.display: (q.dim, q.value, q.alts) for q in find_quantities(
+        "It weighs 1 lb 4 oz, runs at 212 °F on 5 acres, stores 1 GB and costs €1.2 million.")}
+    assert got["1 lb 4 oz"][0] == "mass" and got["1 lb 4 oz"][1] == pytest.approx(566.99, abs=0.01)
+    assert got["212 °F"][:2] == ("temperature", pytest.approx(100.0))
+    assert got["5 acres"][1] == pytest.approx(5 * 4046.8564224)  # the international acre
+    assert got["1 GB"] == ("data", 1e9, (pytest.approx(2.0 ** 30),))
+    assert got["€1.2 million"] == ("currency:EUR", 1.2e6, ())
+    # compounds, also with "and" (which is no range here)
+    assert [(q.display, q.value) for q in find_quantities("It died aged 26 years and 9 months; it ran 2 h 30 min.")] == [
+        ("26 years and 9 months", pytest.approx(26.75 * 365.25 * 86400)), ("2 h 30 min", 9000.0)]
+    # ranges, bounds and lists are spotted but not point values: kept only when asked for
+    text = "It weighs between 5 and 7 kg, up to 9 kg; prices: $1, $2 and $5; it weighs 6 kg."
+    kept = find_quantities(text, keep_skipped=True)
+    assert [(q.display, q.skip) for q in kept] == [("7 kg", True), ("9 kg", True), ("$1", True), ("$2", True),
+                                                    ("$5", True), ("6 kg", False)]
+    assert [q.display for q in find_quantities(text)] == ["6 kg"]
 
 
 def test_numbers_with_units_conflict():

@@ -334,7 +334,8 @@ def _start_server(ce_export, port: int, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "inference", "serve", "--model", str(ce_export), "--device", "cpu",
                              "--port", str(port), "--log-level", "warning", *extra], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)  # its own process group: _kill takes --workers' children too
     deadline = time.time() + 180
     while True:
         try:
@@ -343,9 +344,16 @@ def _start_server(ce_export, port: int, *extra: str) -> subprocess.Popen:
         except httpx.TransportError:
             pass
         if proc.poll() is not None or time.time() > deadline:
-            proc.kill()
+            _kill(proc)
             raise AssertionError(f"the server did not start: {proc.stdout.read()}")
         time.sleep(0.2)
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def _hammer(url: str, body: dict, stop: threading.Event, outcomes: list[str], keep_alive: bool) -> None:
@@ -394,7 +402,7 @@ def test_sigterm_under_load_resets_no_connection_from_the_backlog(ce_export, que
     finally:
         stop.set()
         if proc.poll() is None:
-            proc.kill()
+            _kill(proc)
 
 
 def test_grace_period_fails_health_closes_connections_and_still_serves(ce_export, questions):
@@ -419,7 +427,7 @@ def test_grace_period_fails_health_closes_connections_and_still_serves(ce_export
             httpx.get(f"{url}/health", timeout=2)
     finally:
         if proc.poll() is None:
-            proc.kill()
+            _kill(proc)
 
 
 def test_workers_serve_from_several_processes_and_stop_cleanly(ce_export, local, questions):
@@ -449,9 +457,10 @@ def test_workers_serve_from_several_processes_and_stop_cleanly(ce_export, local,
         assert len(pids) == 2 and proc.pid not in pids, pids
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(60) == 0, proc.stdout.read()
+        for pid in pids:  # the workers stopped with their parent
+            assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text().lower()
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        _kill(proc)  # the whole group, workers included, whatever happened
 
 
 def test_serve_without_the_extra_says_which_to_install(monkeypatch, ce_export, capsys):
