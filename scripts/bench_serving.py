@@ -6,16 +6,21 @@ concurrent clients (asyncio + httpx, one process), and every request's texts are
 bi-encoder export caches vectors per process, so repeated text would time the cache).
 
 * **ours**: ``python -m inference serve --model EXPORT`` (dynamic batching), ``POST /v1/rerank``.
-* **peer**: the quickstart export is a bi-encoder, whose head Infinity's ``/rerank`` cannot serve
-  (it takes cross-encoders), so the peer is the server a user would write (the issue's rule):
-  FastAPI calling ``SentenceTransformer.encode`` per request on the same weights (the export folder,
-  mean pooling, ``max_seq_length`` the export's), returning each document's cosine, in the shape of
-  ``/v1/rerank``. For a cross-encoder export the peer calls ``CrossEncoder.predict`` instead.
+* **peer** (``--peer auto``): for a cross-encoder export (the answer classifier's quickstart, or an
+  evaluator trained with ``head: cross-encoder``), **Infinity** (``infinity_emb v2 --model-id EXPORT
+  --engine torch --device cpu``, its defaults otherwise, ``POST /rerank``), installed by this script
+  into its own virtualenv (``--infinity-venv``, default ``outputs/bench/infinity-venv``: it pins
+  numpy<2 and sentence-transformers<4; torch is pinned to this project's CPU build). The quickstart
+  evaluator is a bi-encoder, whose head Infinity's ``/rerank`` cannot serve (it takes
+  cross-encoders), so there the peer is the server a user would write: FastAPI calling
+  ``SentenceTransformer.encode`` per request on the same weights (the export folder, mean pooling,
+  ``max_seq_length`` the export's), returning each document's cosine, in the shape of ``/v1/rerank``
+  (``--peer fastapi`` with a cross-encoder: ``CrossEncoder.predict``).
 * **in-process**: ``inference.load(EXPORT).score`` on the same requests, one at a time, for the
   1-client latency target (p50 within 10% of it).
 
-Same work, asserted: for every request, the peer's cosine (cross-encoder: logit), put through the
-export's score formula (``similarity_scale * cosine + weight * lexical``, then the calibration; the
+Same work, asserted: for every request, the peer's cosine (cross-encoder: logit; Infinity: its
+sigmoid, turned back into the logit), put through the export's score formula (``similarity_scale * cosine + weight * lexical``, then the calibration; the
 lexical term computed here with the export's table), equals our ``relevance_score`` within 1e-4.
 Ours does the lexical term on top, so the comparison leans against us.
 
@@ -43,6 +48,8 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -121,8 +128,10 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 300) -> None:
 
 
 def start(argv: list[str], port: int) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+           "INFINITY_ANONYMOUS_USAGE_STATS": "0", "DO_NOT_TRACK": "1"}
+    log = tempfile.TemporaryFile(mode="w+")  # a server that logs every request must never block on a full pipe
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, proc)
     return proc, url
@@ -144,7 +153,7 @@ def pct(xs: list[float], q: float) -> float:
 
 
 async def drive(url: str, requests: list[dict], clients: int, timeout: float = 300, keepalive: bool = True,
-                backoff_s: float = 0.0, progress: dict | None = None) -> dict:
+                backoff_s: float = 0.0, progress: dict | None = None, path: str = "/v1/rerank") -> dict:
     """Send ``requests`` from ``clients`` concurrent clients; latencies, statuses and bodies
     (``progress["done"]`` counts the answered ones as they come)."""
     import httpx
@@ -161,7 +170,7 @@ async def drive(url: str, requests: list[dict], clients: int, timeout: float = 3
         for i in nxt:
             t0 = time.perf_counter()
             try:
-                r = await c.post("/v1/rerank", json=requests[i])
+                r = await c.post(path, json=requests[i])
                 statuses[i] = r.status_code
                 bodies[i] = r.json() if r.status_code == 200 else None
                 if r.status_code == 503 and backoff_s:  # as a client that reads Retry-After does
@@ -192,7 +201,7 @@ def make_requests(texts: list[str], questions: list[str], n: int, docs: int, sta
     return out
 
 
-def check_same_work(model, reqs: list[dict], ours: list, peer: list, head: str) -> float:
+def check_same_work(model, reqs: list[dict], ours: list, peer: list, head: str, peer_kind: str = "fastapi") -> float:
     """Max |ours - formula(peer)| over every document of every request."""
     import numpy as np
 
@@ -201,12 +210,28 @@ def check_same_work(model, reqs: list[dict], ours: list, peer: list, head: str) 
         mine = {r["index"]: r["relevance_score"] for r in o["results"]}
         theirs = np.array([dict((r["index"], r["relevance_score"]) for r in p["results"])[i]
                            for i in range(len(req["documents"]))], dtype=np.float64)
+        if peer_kind == "infinity":  # Infinity answers sigmoid(logit) in float32: back to the logit
+            theirs = np.clip(theirs, 1e-12, 1 - 1e-7)
+            theirs = np.log(theirs) - np.log1p(-theirs)
         z = model.spec.similarity_scale * theirs if head == "bi-encoder" else theirs
         if model.lexical is not None:
             z = z + model.lexical.logits([req["query"]] * len(req["documents"]), req["documents"])
         want = model.calibrate(z)
         worst = max(worst, max(abs(mine[i] - want[i]) for i in range(len(want))))
     return float(worst)
+
+
+def infinity_argv(venv: Path, model_dir: str, port: int) -> list[str]:
+    """Infinity in its own virtualenv (created here on first use), serving ``model_dir``."""
+    exe = venv / "bin" / "infinity_emb"
+    if not exe.exists():
+        logger.info("installing Infinity into %s (once)", venv)
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+        subprocess.run(pip + ["torch==2.13.0"], check=True)  # the CPU build; an open range pulls CUDA
+        subprocess.run(pip + ["infinity-emb[server,torch]", "torch==2.13.0"], check=True)
+    return [str(exe), "v2", "--model-id", str(Path(model_dir).resolve()), "--port", str(port), "--engine", "torch",
+            "--device", "cpu"]
 
 
 def load_test(model_dir: str, n: int, clients: int, texts: list[str], questions: list[str]) -> dict:
@@ -255,6 +280,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--docs", type=int, default=20, help="documents per request")
     ap.add_argument("--clients", default="1,8,32")
     ap.add_argument("--load-test", type=int, default=10_000, help="requests of the load test (0: none)")
+    ap.add_argument("--repeats", type=int, default=2,
+                    help="turns per client count, the two servers alternating (the median rate is reported)")
+    ap.add_argument("--peer", choices=("auto", "fastapi", "infinity"), default="auto",
+                    help="auto: Infinity for a cross-encoder export, FastAPI + sentence-transformers otherwise")
+    ap.add_argument("--infinity-venv", default=str(ROOT / "outputs" / "bench" / "infinity-venv"))
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request would load the client
@@ -265,14 +295,19 @@ def main(argv: list[str] | None = None) -> int:
 
     model = inference.load(args.model, device="cpu")
     head, max_len = model.spec.head, model.spec.max_length
+    peer_kind = args.peer if args.peer != "auto" else ("infinity" if head == "cross-encoder" else "fastapi")
+    if peer_kind == "infinity" and head != "cross-encoder":
+        raise SystemExit(f"Infinity's /rerank serves cross-encoders; {args.model} is a {head}")
     chunks, questions = distinct_chunks()
     texts = list(dict.fromkeys(c.text for c in chunks))
     counts = [int(c) for c in args.clients.split(",")]
-    need = args.requests * args.docs * len(counts) + WARMUP * args.docs
+    need = args.requests * args.docs * len(counts) * args.repeats + WARMUP * args.docs
     if need > len(texts):
         raise SystemExit(f"{need} distinct documents needed, the samples hold {len(texts)}")
-    phases = {c: make_requests(texts, questions, args.requests, args.docs, k * args.requests * args.docs)
-              for k, c in enumerate(counts)}
+    # (repeat, clients) -> requests; every phase has texts of its own (our vector cache never hits)
+    phases = {(r, c): make_requests(texts, questions, args.requests, args.docs,
+                                    (r * len(counts) + k) * args.requests * args.docs)
+              for r in range(args.repeats) for k, c in enumerate(counts)}
 
     warmup = make_requests(texts, questions, WARMUP, args.docs, len(texts) - WARMUP * args.docs)
     # in-process: one request at a time, a fresh model (no cached vectors), warmed up the same way
@@ -280,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     for req in warmup:
         inproc.score([(req["query"], d) for d in req["documents"]])
     lat = []
-    for req in phases[counts[0]]:
+    for req in phases[(0, counts[0])]:
         t0 = time.perf_counter()
         inproc.score([(req["query"], d) for d in req["documents"]])
         lat.append(time.perf_counter() - t0)
@@ -288,35 +323,59 @@ def main(argv: list[str] | None = None) -> int:
     in_process = {"p50_ms": 1000 * pct(lat, 0.5), "p99_ms": 1000 * pct(lat, 0.99)}
     logger.info("in-process: p50 %.1f ms", in_process["p50_ms"])
 
-    results: dict = {}
+    # Both servers run side by side (the idle one costs nothing) and take turns, phase by phase, in
+    # alternating order, so that a change in the machine's load hits both sides alike.
+    runs: dict = {}  # (side, clients) -> [drive results]
     bodies: dict = {}
+    procs: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         peer_py = Path(tmp) / "peer_server.py"
         peer_py.write_text(PEER_APP)
-        for side in ("ours", "peer"):
-            port = free_port()
-            argv_ = ([sys.executable, "-m", "inference", "serve", "--model", args.model, "--port", str(port),
-                      "--log-level", "warning"] if side == "ours"
-                     else [sys.executable, str(peer_py), args.model, head, str(max_len), str(port)])
-            proc, url = start(argv_, port)
-            try:
-                asyncio.run(drive(url, warmup, 1))
-                for c in counts:
-                    res = asyncio.run(drive(url, phases[c], c))
-                    bad = [s for s in res["statuses"] if s != 200]
-                    if bad:
-                        raise RuntimeError(f"{side}, {c} clients: {len(bad)} failed requests ({bad[:3]})")
-                    results.setdefault(str(c), {})[side] = {k: round(res[k], 2) for k in ("rps", "p50_ms", "p99_ms")}
-                    bodies[(side, c)] = res["bodies"]
-                    logger.info("%s, %d clients: %.1f rps, p50 %.0f ms, p99 %.0f ms", side, c, res["rps"],
-                                res["p50_ms"], res["p99_ms"])
-            finally:
+        try:
+            for side in ("ours", "peer"):
+                port = free_port()
+                if side == "ours":
+                    argv_ = [sys.executable, "-m", "inference", "serve", "--model", args.model, "--port", str(port),
+                             "--log-level", "warning"]
+                elif peer_kind == "infinity":
+                    argv_ = infinity_argv(Path(args.infinity_venv), args.model, port)
+                else:
+                    argv_ = [sys.executable, str(peer_py), args.model, head, str(max_len), str(port)]
+                path = "/rerank" if side == "peer" and peer_kind == "infinity" else "/v1/rerank"
+                proc, url = start(argv_, port)
+                procs[side] = (proc, url, path)
+                asyncio.run(drive(url, warmup, 1, path=path))
+            for r in range(args.repeats):
+                for k, c in enumerate(counts):
+                    for side in (("ours", "peer") if (r + k) % 2 == 0 else ("peer", "ours")):
+                        _, url, path = procs[side]
+                        res = asyncio.run(drive(url, phases[(r, c)], c, path=path))
+                        bad = [s for s in res["statuses"] if s != 200]
+                        if bad:
+                            raise RuntimeError(f"{side}, {c} clients: {len(bad)} failed requests ({bad[:3]})")
+                        runs.setdefault((side, c), []).append(res)
+                        bodies[(side, r, c)] = res["bodies"]
+                        logger.info("repeat %d, %s, %d clients: %.1f rps, p50 %.0f ms, p99 %.0f ms", r, side, c,
+                                    res["rps"], res["p50_ms"], res["p99_ms"])
+        finally:
+            for proc, _, _ in procs.values():
                 stop(proc)
-    worst = max(check_same_work(model, phases[c], bodies[("ours", c)], bodies[("peer", c)], head) for c in counts)
+    results: dict = {}
+    for (side, c), rs in runs.items():  # the median repeat's rate; latency percentiles over all requests
+        lats = [x for res in rs for x, st in zip(res["latencies"], res["statuses"]) if st == 200]
+        results.setdefault(str(c), {})[side] = {"rps": round(float(np.median([res["rps"] for res in rs])), 2),
+                                                "rps_per_repeat": [round(res["rps"], 2) for res in rs],
+                                                "p50_ms": round(1000 * pct(lats, 0.5), 2),
+                                                "p99_ms": round(1000 * pct(lats, 0.99), 2)}
+    worst = max(check_same_work(model, phases[(r, c)], bodies[("ours", r, c)], bodies[("peer", r, c)], head,
+                                peer_kind) for r in range(args.repeats) for c in counts)
     c_max, c_min = str(max(counts)), str(min(counts))
     out = {
         "setup": {"model": args.model, "head": head, "requests_per_count": args.requests, "docs": args.docs,
-                  "peer": "FastAPI + SentenceTransformer.encode" if head == "bi-encoder" else "FastAPI + CrossEncoder.predict"},
+                  "repeats": args.repeats,
+                  "peer": ("Infinity (infinity_emb v2, torch, cpu)" if peer_kind == "infinity" else
+                           "FastAPI + SentenceTransformer.encode" if head == "bi-encoder" else
+                           "FastAPI + CrossEncoder.predict")},
         **results,
         "in_process": {k: round(v, 2) for k, v in in_process.items()},
         f"ratio_rps_{c_max}": round(results[c_max]["ours"]["rps"] / results[c_max]["peer"]["rps"], 3),
