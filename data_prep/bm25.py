@@ -19,17 +19,17 @@ stored scores then equal BM25Okapi's; what remains is float32 storage and summat
 float64 (rank-bm25), which can swap documents whose scores differ by ~1e-7 relative, and the
 order among exactly tied scores. See ``tests/test_bm25.py`` and ``docs/benchmarks.md``.
 
-Corpus store. The index directory keeps the corpus beside the index (``corpus.jsonl`` plus
-``offsets.npy``) for random access by row, so mining never holds all texts in memory, and records
-a streaming sha256 of the corpus (ids, titles, texts) in ``index.json``. :func:`open_index` reuses
-a directory built before and refuses one whose corpus hash, tokenizer or BM25 parameters differ.
+Corpus store. The index directory keeps the corpus beside the index (a
+:class:`~data_prep.corpus_store.CorpusStore`: ``corpus.jsonl`` plus ``offsets.npy``) for random
+access by row, so mining never holds all texts in memory, and records a streaming sha256 of the
+corpus (ids, titles, texts) in ``index.json``. :func:`open_index` reuses a directory built before
+and refuses one whose corpus hash, tokenizer or BM25 parameters differ.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -45,6 +45,14 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import numpy as np
 from tqdm.auto import tqdm
 
+from .corpus_store import (  # noqa: F401  (CorpusHasher: re-exported, see __all__)
+    CorpusHasher,
+    CorpusStore,
+    CorpusWriter,
+    corpus_sha256,
+    new_build_dir,
+    remove_stale_temps,
+)
 from .io import write_json
 from .records import Passage
 from .tokenization import Tokenizer, TokenizerConfig
@@ -54,8 +62,6 @@ logger = logging.getLogger(__name__)
 ENGINES = ("bm25s", "rank-bm25")
 INDEX_FORMAT = 1
 INDEX_INFO = "index.json"
-CORPUS_FILE = "corpus.jsonl"
-OFFSETS_FILE = "offsets.npy"
 BM25S_DIR = "bm25s"
 
 
@@ -73,99 +79,6 @@ class BM25Params:
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
-
-
-# --------------------------------------------------------------------------------------------
-# Corpus store: JSONL + row offsets, sha256 of ids/titles/texts
-# --------------------------------------------------------------------------------------------
-
-
-class CorpusHasher:
-    """Streaming sha256 over (id, title, text) of each passage, length-prefixed (unambiguous)."""
-
-    def __init__(self) -> None:
-        self._h = hashlib.sha256()
-        self.count = 0
-
-    def update(self, p: Passage) -> None:
-        for field in (p.id, p.title or "", p.text):
-            b = field.encode("utf-8")
-            self._h.update(len(b).to_bytes(8, "little"))
-            self._h.update(b)
-        self.count += 1
-
-    def hexdigest(self) -> str:
-        return self._h.hexdigest()
-
-
-def corpus_sha256(passages: Iterable[Passage]) -> tuple[str, int]:
-    """The corpus hash and size of a passage stream (what :func:`open_index` compares)."""
-    h = CorpusHasher()
-    for p in passages:
-        h.update(p)
-    return h.hexdigest(), h.count
-
-
-class CorpusWriter:
-    """Appends passages to ``dir/corpus.jsonl`` and records byte offsets and the corpus hash."""
-
-    def __init__(self, directory: Path):
-        self.dir = Path(directory)
-        self._f = open(self.dir / CORPUS_FILE, "wb")
-        self._offsets = array("q", [0])
-        self.hasher = CorpusHasher()
-
-    def add(self, p: Passage) -> int:
-        # json.dumps(p.to_dict(), ensure_ascii=False) written out: the same bytes, a third of the time
-        meta = json.dumps(p.metadata, ensure_ascii=False) if p.metadata else "{}"
-        line = (f'{{"id": {_json_str(p.id)}, "title": {_json_str(p.title)}, "text": {_json_str(p.text)}, '
-                f'"metadata": {meta}}}\n').encode("utf-8")
-        self._f.write(line)
-        self._offsets.append(self._offsets[-1] + len(line))
-        self.hasher.update(p)
-        return len(self._offsets) - 2
-
-    def close(self) -> None:
-        self._f.flush()
-        os.fsync(self._f.fileno())
-        self._f.close()
-        np.save(self.dir / OFFSETS_FILE, np.frombuffer(self._offsets, dtype=np.int64))
-
-
-_json_str = json.encoder.encode_basestring  # a JSON string literal, non-ASCII kept (ensure_ascii=False)
-
-
-class CorpusStore:
-    """Random access to the stored corpus by row (``pread`` at recorded offsets; thread safe)."""
-
-    def __init__(self, directory: str | os.PathLike):
-        self.dir = Path(directory)
-        self.offsets = np.load(self.dir / OFFSETS_FILE, mmap_mode="r")
-        self._fd = os.open(self.dir / CORPUS_FILE, os.O_RDONLY)
-
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
-
-    def __getitem__(self, row: int) -> Passage:
-        start, end = int(self.offsets[row]), int(self.offsets[row + 1])
-        return Passage.from_dict(json.loads(os.pread(self._fd, end - start, start).decode("utf-8")))
-
-    def get_many(self, rows: Iterable[int]) -> list[Passage]:
-        return [self[int(r)] for r in rows]
-
-    def __iter__(self) -> Iterator[Passage]:
-        with open(self.dir / CORPUS_FILE, "rb") as f:
-            for line in f:
-                yield Passage.from_dict(json.loads(line))
-
-    def close(self) -> None:
-        fd, self._fd = getattr(self, "_fd", None), None  # idempotent: never close a reused descriptor number
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-    def __del__(self) -> None:  # pragma: no cover - best effort
-        self.close()
 
 
 # --------------------------------------------------------------------------------------------
@@ -740,43 +653,6 @@ def load_index(index_dir: str | os.PathLike, backend: str = "auto") -> BM25Index
         raise IndexMismatchError(f"index {index_dir} has no bm25s arrays; open it with open_index to build them")
     eng = Bm25sEngine.load(index_dir / BM25S_DIR, mmap=True, backend=resolve_backend(backend, 0, info["n_docs"]))
     return BM25Index(index_dir, dict(info, timings={}), eng)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
-
-
-def remove_stale_temps(parent: Path, name: str) -> int:
-    """Remove ``parent/.NAME.tmp-PID`` folders whose process is gone (a build killed with
-    ``kill -9`` or by a full disk leaves one; a live build's own is kept). Returns how many."""
-    n = 0
-    for tmp in Path(parent).glob(f".{name}.tmp-*"):
-        try:
-            pid = int(tmp.name.rsplit("-", 1)[1])
-        except ValueError:
-            continue
-        if pid != os.getpid() and not _pid_alive(pid):
-            logger.warning("removing %s, left by a build (pid %d) that did not finish", tmp, pid)
-            shutil.rmtree(tmp, ignore_errors=True)
-            n += 1
-    return n
-
-
-def new_build_dir(target: Path) -> Path:
-    """An empty ``.NAME.tmp-PID`` folder beside ``target`` to build it in (renamed into place when
-    done), after removing those that dead builds left."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temps(target.parent, target.name)
-    tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    return tmp
 
 
 def _build_index_dir(index_dir, corpus, tok, tokenizer, engine, params, show_progress):

@@ -27,7 +27,7 @@ import shutil
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any, Iterable, Iterator, Sequence
 
 from tqdm import tqdm
 
@@ -37,6 +37,8 @@ from .records import LABEL_SOURCES, SCHEMA_VERSION, LabelledPair, Passage, Query
 from .stats import DatasetStats, format_report
 from .tasks import TASK_FILES, TASKS, label_source, seeded_rng
 from .tasks.answer import HitsError, answer_groups_example, answer_pairs
+from .tasks.answerability import KINDS as HARD_NEGATIVE_KINDS
+from .tasks.answerability import SpanPool, hard_negative_pairs, parse_kinds
 from .tasks.evaluator import evaluator_groups, evaluator_pairs
 from .tasks.extractor import DEFAULT_MAX_CHARS, RationaleError, extractor_pairs
 
@@ -71,6 +73,14 @@ class BuildConfig:
     input_type: str = "auto"
     #: extractor: sentences longer than this are cut into pieces (as the served extractor does)
     sentence_max_chars: int | None = DEFAULT_MAX_CHARS
+    #: answer task: answerability negatives made from each answer-bearing positive, any of
+    #: ``removed`` (the answer sentences cut out), ``swapped`` (the answer replaced by a same-type
+    #: span: a wrong answer, label 0), ``perturbed`` (the question's entity replaced by one the
+    #: passage lacks); a list or a comma string, ``all`` for the three; empty (the default): none,
+    #: and the output is what it was without the option (data_prep.tasks.answerability)
+    hard_negatives: tuple[str, ...] = ()
+    #: answer task: at most this many answerability negatives of each kind per question
+    hard_negatives_per_question: int = 1
     skip_bad: bool = False
     overwrite: bool = False
 
@@ -92,6 +102,13 @@ class BuildConfig:
             raise ValueError(f"--input-type must be auto, query or pair, got {self.input_type!r}")
         if self.sentence_max_chars is not None and self.sentence_max_chars < 20:
             raise ValueError(f"--sentence-max-chars must be at least 20, got {self.sentence_max_chars}")
+        try:
+            self.hard_negatives = parse_kinds(self.hard_negatives or ())
+        except ValueError as e:
+            raise ValueError(f"--hard-negatives: {e}") from None
+        if isinstance(self.hard_negatives_per_question, bool) or not isinstance(self.hard_negatives_per_question, int) \
+                or self.hard_negatives_per_question < 1:
+            raise ValueError(f"--hard-negatives-per-question must be an integer >= 1, got {self.hard_negatives_per_question!r}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,6 +222,8 @@ class _Tally:
     skipped: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
     groups: Counter[str] = field(default_factory=Counter)
     dropped_negatives: Counter[str] = field(default_factory=Counter)
+    #: answerability negatives written, by (negative_kind, split)
+    hard_negatives: Counter[tuple[str, str]] = field(default_factory=Counter)
     first_skipped: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
 
     def skip(self, task: str, reason: str, query_id: str, n: int = 1) -> None:
@@ -236,8 +255,10 @@ def _clean_output(out: Path, overwrite: bool) -> None:
 class _Builder:
     """Routes each example's task records to the right split files."""
 
-    def __init__(self, cfg: BuildConfig, tasks: tuple[str, ...], sinks: _Sinks, tally: _Tally, path: Path):
+    def __init__(self, cfg: BuildConfig, tasks: tuple[str, ...], sinks: _Sinks, tally: _Tally, path: Path,
+                 pool: SpanPool | None = None):
         self.cfg, self.tasks, self.sinks, self.tally, self.path = cfg, tasks, sinks, tally, path
+        self.pool = pool  # replacements of the answerability negatives (cfg.hard_negatives)
 
     def _prepare(self, ex: QueryExample) -> QueryExample:
         pos_ids = {p.id for p in ex.positives}
@@ -262,10 +283,25 @@ class _Builder:
                 self.tally.groups[note if task == "evaluator" else f"{task}-{note}"] += n
         return groups
 
-    def _answer_outputs(self, pairs: list[LabelledPair], out: dict[tuple[str, str], list]) -> None:
-        out[("answer", "pairs")] = pairs
+    def _answer_outputs(self, pairs: list[LabelledPair], out: dict[tuple[str, str], list],
+                        generated: Sequence[LabelledPair] = (), perturbed: Sequence[LabelledPair] = ()) -> None:
+        # generated negatives of the question join its groups; perturbed questions (other query
+        # ids, no positive) are pairs only, after the question's own pairs
+        out[("answer", "pairs")] = [*pairs, *generated, *perturbed]
         if pairs:
-            out[("answer", "groups")] = self._groups(answer_groups_example(pairs), "answer")
+            out[("answer", "groups")] = self._groups(answer_groups_example([*pairs, *generated]), "answer")
+
+    def _hard_negatives(self, ex: QueryExample, pairs: list[LabelledPair]) -> tuple[list[LabelledPair], list[LabelledPair]]:
+        if not self.cfg.hard_negatives or not pairs:
+            return [], []
+        same, perturbed, skipped = hard_negative_pairs(ex, pairs, self.cfg.hard_negatives,
+                                                       self.cfg.hard_negatives_per_question, self.pool, self.cfg.seed)
+        for kind, reason in skipped.items():
+            self.tally.skip(kind, reason, ex.id)
+        split = split_of(ex.id, self.cfg.seed, self.cfg.dev_ratio)  # the split emit() writes them to
+        for p in (*same, *perturbed):
+            self.tally.hard_negatives[(p.metadata["negative_kind"], split)] += 1
+        return same, perturbed
 
     def example_outputs(self, ex: QueryExample) -> dict[tuple[str, str], list]:
         """All task records of one query example (computed before anything is written)."""
@@ -281,7 +317,7 @@ class _Builder:
             pairs, skips = answer_pairs(ex)
             for reason, n in skips.items():
                 self.tally.skip("answer", reason, ex.id, n)
-            self._answer_outputs(pairs, out)
+            self._answer_outputs(pairs, out, *self._hard_negatives(ex, pairs))
         if "extractor" in self.tasks:
             pairs, skips = extractor_pairs(ex, self.cfg.sentence_max_chars)
             for reason, n in skips.items():
@@ -340,6 +376,10 @@ def build(cfg: BuildConfig) -> dict[str, Any]:
         raise ValueError(
             f"{path}: the extractor task needs query examples (positives and answers); this file holds labelled pairs"
         )
+    if cfg.hard_negatives and "answer" not in tasks:
+        raise ValueError(f"--hard-negatives makes answer-task negatives; --tasks {','.join(tasks)} has no answer task")
+    if cfg.hard_negatives and input_type == "pair":
+        raise ValueError(f"{path}: --hard-negatives needs query examples (positives and answers); this file holds labelled pairs")
     out = Path(cfg.output)
     _clean_output(out, cfg.overwrite)
     existed = out.exists()
@@ -360,11 +400,27 @@ def _remove_empty_folders(out: Path, tasks: Iterable[str], keep_out: bool) -> No
             out.rmdir()
 
 
+def span_pool(path: Path, cfg: BuildConfig) -> SpanPool:
+    """The replacement pool of the answerability negatives: typed answers and question entities of
+    the train split's query examples (a first pass; bad rows are left to the real pass)."""
+    pool = SpanPool()
+    peek = Rejects(skip_bad=True)
+    for _, obj, _ in tqdm(iter_json_lines(path, peek), desc="answerability pool", unit="query", disable=None):
+        try:
+            ex = QueryExample.from_dict(obj)
+        except RecordError:
+            continue
+        if split_of(ex.id, cfg.seed, cfg.dev_ratio) == "train":
+            pool.add_example(ex)
+    return pool
+
+
 def _build(cfg: BuildConfig, path: Path, input_type: str, tasks: tuple[str, ...], out: Path) -> dict[str, Any]:
     tally = _Tally()
+    pool = span_pool(path, cfg) if cfg.hard_negatives else None
     with Rejects(skip_bad=cfg.skip_bad, out_dir=out / REJECTS_DIR) as rejects, contextlib.ExitStack() as stack:
         sinks = _Sinks(out, tasks, stack)
-        builder = _Builder(cfg, tasks, sinks, tally, path)
+        builder = _Builder(cfg, tasks, sinks, tally, path, pool)
         record_type = QueryExample if input_type == "query" else LabelledPair
         rows = _records_with_lines(path, record_type, rejects)
         if input_type == "query":
@@ -392,6 +448,8 @@ def _build(cfg: BuildConfig, path: Path, input_type: str, tasks: tuple[str, ...]
             raise no_records_error(path, rejects, "task records to write",
                                    f"{tally.records_read} records read, none gave {'/'.join(tasks)} data; skipped: {skipped or 'none'}")
     meta = _meta(cfg, path, input_type, tasks, tally, rejects, stats, file_counts)
+    if pool is not None:
+        meta["hard_negatives"] = _hard_negatives_meta(cfg, tally, pool)
     _log_summary(tally, cfg)
     write_json(out / "stats.json", stats)
     write_json(out / "meta.json", meta)  # last: its presence marks a complete build
@@ -415,6 +473,11 @@ def _meta(cfg, path, input_type, tasks, tally, rejects, stats, file_counts) -> d
     params = {k: v for k, v in asdict(cfg).items() if k not in ("input", "output", "overwrite")}
     params["tasks"] = list(tasks)
     params["input_type"] = input_type
+    if not cfg.hard_negatives:  # off: meta.json as it was before the option existed
+        params.pop("hard_negatives")
+        params.pop("hard_negatives_per_question")
+    else:
+        params["hard_negatives"] = list(cfg.hard_negatives)
     return {
         "schema_version": SCHEMA_VERSION,
         "command": "data_prep build",
@@ -433,11 +496,27 @@ def _meta(cfg, path, input_type, tasks, tally, rejects, stats, file_counts) -> d
     }
 
 
+def _hard_negatives_meta(cfg: BuildConfig, tally: _Tally, pool: SpanPool) -> dict[str, Any]:
+    """``meta["hard_negatives"]``: pairs written per kind and split (the reasons of the questions
+    that gave none are in ``skipped[kind]``), and the replacement pool's size per span type."""
+    made = {}
+    for short in cfg.hard_negatives:
+        kind = HARD_NEGATIVE_KINDS[short]
+        per_split = {s: tally.hard_negatives[(kind, s)] for s in SPLITS}
+        made[kind] = {**per_split, "total": sum(per_split.values())}
+    return {"kinds": [HARD_NEGATIVE_KINDS[k] for k in cfg.hard_negatives], "per_question": cfg.hard_negatives_per_question,
+            "made": made, "skipped": {HARD_NEGATIVE_KINDS[k]: dict(sorted(tally.skipped.get(HARD_NEGATIVE_KINDS[k], {}).items()))
+                                      for k in cfg.hard_negatives},
+            "pool": pool.sizes()}
+
+
 def _log_summary(tally: _Tally, cfg: BuildConfig) -> None:
     for task, reasons in sorted(tally.skipped.items()):
         for reason, n in sorted(reasons.items()):
             ids = ", ".join(tally.first_skipped[f"{task}:{reason}"])
             logger.warning("%s: skipped %d (%s), e.g. %s", task, n, reason, ids)
+    for (kind, split), n in sorted(tally.hard_negatives.items()):
+        logger.info("answer: %d %s negatives in %s", n, kind, split)
     if tally.groups["padded"]:
         logger.info("evaluator groups: %d padded by resampling negatives", tally.groups["padded"])
     if cfg.dev_ratio > 0 and not tally.queries["dev"]:
@@ -454,6 +533,16 @@ def _tasks_arg(value: str) -> tuple[str, ...]:
     if unknown or not tasks:
         raise argparse.ArgumentTypeError(f"unknown task(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(TASKS)}")
     return tasks
+
+
+def _hard_negatives_arg(value: str) -> tuple[str, ...]:
+    try:
+        kinds = parse_kinds(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if not kinds:
+        raise argparse.ArgumentTypeError(f"no kind given; choose from {', '.join(HARD_NEGATIVE_KINDS)} (or all)")
+    return kinds
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -475,6 +564,12 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--input-type", choices=("auto", "query", "pair"), default="auto", help="record type of --input")
     p.add_argument("--sentence-max-chars", type=int, default=DEFAULT_MAX_CHARS,
                    help="extractor: cut sentences longer than this into pieces (the served extractor's splitter)")
+    p.add_argument("--hard-negatives", type=_hard_negatives_arg, default=(), metavar="KINDS",
+                   help="answer task: also make answerability negatives from each answer-bearing positive, a comma list "
+                        "of removed (answer sentences cut out), swapped (answer replaced by a same-type span), perturbed "
+                        "(the question's entity replaced), or all; label 0 (default: none)")
+    p.add_argument("--hard-negatives-per-question", type=int, default=1, metavar="N",
+                   help="answer task: at most N answerability negatives of each kind per question (default 1)")
     p.add_argument("--skip-bad", action="store_true", help="skip and count bad rows (written to OUTPUT/rejects/)")
     p.add_argument("--overwrite", action="store_true", help="replace the dataset files of a non-empty OUTPUT")
     p.set_defaults(func=run)
@@ -493,6 +588,8 @@ def run(args: argparse.Namespace) -> int:
         short_groups=args.short_groups,
         input_type=args.input_type,
         sentence_max_chars=args.sentence_max_chars,
+        hard_negatives=args.hard_negatives,
+        hard_negatives_per_question=args.hard_negatives_per_question,
         skip_bad=args.skip_bad,
         overwrite=args.overwrite,
     )

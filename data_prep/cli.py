@@ -13,7 +13,7 @@ import sys
 
 from .io import DataError, MissingInputError
 
-COMMAND_MODULES = ["data_prep.mining", "data_prep.build", "data_prep.convert", "data_prep.feedback",
+COMMAND_MODULES = ["data_prep.mining.command", "data_prep.build", "data_prep.convert", "data_prep.feedback",
                    "data_prep.labelling.command"]
 
 

@@ -32,8 +32,7 @@ from tqdm import tqdm
 
 from .io import Rejects, no_records_error, rejected_line, require_records, write_json, write_jsonl
 from .locking import locks_output
-from .readers import FORMATS, load_all, open_source
-from .readers.common import PAIR_READERS, open_pairs
+from .readers import FORMATS, PAIR_READERS, load_all, open_pairs, open_source
 from .readers.flagembedding import write_flagembedding
 from .records import QueryExample
 

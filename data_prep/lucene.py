@@ -353,7 +353,7 @@ class LuceneIndex:
 
     def prefetch(self, queries: Sequence[str], k: int, threads: int) -> None:
         """Search every query of a shard at once and make its hits' passages readable by row."""
-        from .bm25 import CorpusStore, CorpusWriter
+        from .corpus_store import CorpusStore, CorpusWriter
 
         self._hits.clear()
         texts = list(dict.fromkeys(queries))

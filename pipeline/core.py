@@ -63,17 +63,18 @@ class PipelineError(ValueError):
 class PipelineConfig:
     """Every knob of the pipeline, with the design's defaults."""
 
+    # each recall route's weight in the weighted reciprocal-rank fusion
     weights: dict[str, float] = field(default_factory=lambda: {"dense": 0.5, "bm25": 0.3, "metadata": 0.2})
     route_k: int = 20  # each recall route's top k
-    rrf_k: int = 60
-    grading: GradingConfig = field(default_factory=GradingConfig)
-    refine: RefineConfig = field(default_factory=RefineConfig)
+    rrf_k: int = 60  # the fusion's rank constant: a hit at rank r adds weight / (rrf_k + r)
+    grading: GradingConfig = field(default_factory=GradingConfig)  # how hits are graded (evaluator, answer filter)
+    refine: RefineConfig = field(default_factory=RefineConfig)  # how kept chunks are cut into key strips
     max_rounds: int = 1  # 1: one retrieval round (multi-round off)
-    overlap_stop: float = OVERLAP_STOP
-    web_k: int = 5
-    web_on: tuple[str, ...] = ("Incorrect", "Ambiguous")
+    overlap_stop: float = OVERLAP_STOP  # multi-round: stop when a round's hits overlap the earlier ones this much
+    web_k: int = 5  # web results graded per web search (with a searcher)
+    web_on: tuple[str, ...] = ("Incorrect", "Ambiguous")  # the query actions that call the web searcher
     max_words: int = 50  # the answer's length budget (naive and CRAG alike)
-    naive_k: int = 5
+    naive_k: int = 5  # the naive path's chunks (recall order) given to the generator
 
     def __post_init__(self) -> None:
         def whole(v: Any) -> bool:

@@ -36,11 +36,11 @@ _STOP = frozenset("a an and are as at be by did do does for from how in is it of
 class Friendliness:
     """How generation-friendly a chunk is, in [0, 1]: weights of its three parts (normalised)."""
 
-    min_words: int = 12
-    max_words: int = 120
-    length_weight: float = 0.3
-    answer_weight: float = 0.4
-    overlap_weight: float = 0.3
+    min_words: int = 12  # a chunk shorter than this many words loses length score (n / min_words)
+    max_words: int = 120  # a chunk longer than this many words loses length score (max_words / n)
+    length_weight: float = 0.3  # weight of the length part
+    answer_weight: float = 0.4  # weight of the answer classifier's score (when one is loaded)
+    overlap_weight: float = 0.3  # weight of the share of the question's content words in the chunk
 
     def score(self, question: str, text: str, answer_score: float | None) -> float:
         n = len(text.split())
@@ -57,14 +57,14 @@ class Friendliness:
 
 @dataclass
 class GradingConfig:
-    grade_k: int = 5
-    theta_high: float | None = None
-    theta_low: float | None = None
-    two_tier: bool = False
+    grade_k: int = 5  # the evaluator grades this many of the fused hits, best first
+    theta_high: float | None = None  # upper threshold (Correct at or above); None: the export's
+    theta_low: float | None = None  # lower threshold (Incorrect below); None: the export's
+    two_tier: bool = False  # one threshold (theta_high): Correct or Incorrect, no Ambiguous
     answer_filter: bool = True  # drop chunks the answer classifier says cannot answer (when one is loaded)
-    answer_threshold: float | None = None
-    friendliness_weight: float = 0.0
-    friendliness: Friendliness = field(default_factory=Friendliness)
+    answer_threshold: float | None = None  # the answer classifier's threshold; None: the export's
+    friendliness_weight: float = 0.0  # in [0, 1]: share of the generation-friendliness score in the kept chunks' order
+    friendliness: Friendliness = field(default_factory=Friendliness)  # the friendliness score's parts
     # grade the index's chunks in the evaluator's corpus mode (inference.corpus_norm), the index as the
     # corpus, when the evaluator has one and the index holds its own vectors (IndexVectors). Off by
     # default: on the bundled NQ-open index it answers less and abstains more than pair by pair

@@ -37,12 +37,12 @@ _WORD_SPAN = re.compile(r"\S+")
 
 @dataclass
 class RefineConfig:
-    top_strips: int = 5
-    min_words: int = 4
-    min_score: float | None = None
-    window_words: int = 50
-    refine_correct: bool = True
-    chunk_weight: float = 0.5
+    top_strips: int = 5  # strips kept over all refined chunks (the paper: 5)
+    min_words: int = 4  # strips of fewer words are dropped (CRAG drops strips under 4 words)
+    min_score: float | None = None  # strips scoring below this are dropped; None: no floor
+    window_words: int = 50  # without an extractor, a sentence longer than this many words is cut into windows of it
+    refine_correct: bool = True  # refine Correct chunks too (as CRAG does), not only Ambiguous ones
+    chunk_weight: float = 0.5  # in [0, 1]: a strip's score is strip ** (1 - w) * chunk ** w
 
     def __post_init__(self) -> None:
         if self.top_strips < 1:

@@ -1,30 +1,60 @@
-"""Benchmark the answer-existence classifier and the key-sentence extractor against baselines.
+"""Out-of-domain report of the answer-existence classifier and the key-sentence extractor against baselines.
 
     python scripts/bench_models.py --json outputs/bench/models.json \\
-        [--answer-model outputs/answer-classifier-quickstart] [--extractor-model outputs/extractor-quickstart]
+        [--answer-model outputs/answer-classifier-quickstart] [--extractor-model outputs/extractor-quickstart] \\
+        [--evaluator-model outputs/evaluator-quickstart] [--max-queries 300] [--resamples 1000] [--seed 13]
 
 Both models and their baselines score the same rows in one run:
 
-* **answer classifier** (AUC, and accuracy / F1 at the export's threshold) against the BM25 pair
-  score (Okapi BM25 of the question against the passage, idf from the set's distinct passages; the
-  tokenisation of ``data_prep``) and the zero-shot MiniLM bi-encoder cosine (the weights the
-  quickstart starts from, used as they ship);
-* **extractor** (``p@1``, ``r@3``, ``mrr`` per passage) against "first sentences" (passage order),
-  BM25 over the passage's sentences, lexical overlap (the share of the question's content words in
-  the sentence) and the MiniLM cosine;
+* **answer classifier** (AUC, and accuracy / F1 at the export's threshold) against ``evaluator``
+  (the evaluator export, ``--evaluator-model``, used in its place: its calibrated score of the
+  same (question, passage) pair), ``bm25_pair`` (Okapi BM25 of the question against the passage,
+  idf from the set's distinct passages; the tokenisation of ``data_prep``) and ``minilm_cosine``
+  (the zero-shot MiniLM bi-encoder cosine: the weights the quickstart starts from, as they ship);
+* **extractor** (``p@1``, ``r@3``, ``mrr`` per passage) against ``first_sentences`` (passage
+  order), ``bm25`` over the passage's sentences, ``lexical_overlap`` (the share of the question's
+  content words in the sentence), ``minilm_cosine`` and ``evaluator`` (its score of each
+  (question, sentence) pair);
 
-on each set:
+on each labelled set the models did not train on:
 
-* ``dev``: the dev split of the recipe's built dataset (SQuAD questions never trained on; their
-  articles were, since the split is by question);
-* ``nq_ood``: out of domain, the dev split of the bundled NQ-open sample, mined here with each
-  question's top 10 BM25 hits kept and labelled by answer containment (answer task) and its gold
-  passages' sentences labelled by answer containment (extractor task). Neither model saw NQ.
+* ``dev`` (both): the dev split of the recipe's built dataset (SQuAD questions never trained on;
+  their articles were, since the split is by question): in domain;
+* ``nq_ood`` (both): the dev split of the bundled NQ-open sample (``--nq``), mined here with each
+  question's top 10 BM25 hits kept and labelled by answer containment (answer task), its gold
+  passages' sentences labelled by answer containment (extractor task). Neither model saw NQ;
+* ``nq_answerability`` (answer classifier): SQuAD-2.0-style, from every NQ-open question: its gold
+  passage (label 1 where it holds a gold answer) against hard negatives that only the answer
+  separates (``data_prep build --hard-negatives all``, :mod:`data_prep.tasks.answerability`: the
+  passage with its answer sentences removed, the passage with its answer swapped for a wrong one of
+  the same type, the question with its key entity swapped for one the passage lacks), one of each
+  kind a question; questions that got none are left out;
+* ``scifact_rationales`` (extractor): SciFact's rationale sentences when ``--scifact`` (BEIR
+  layout) holds sentence labels; the BEIR layout has none (corpus, queries, qrels), so the JSON says
+  ``{"available": false, "why": ...}`` and nothing is invented.
+
+Per set and baseline, ``margins`` holds the model's margin on the headline metric (AUC for the
+answer classifier; ``p@1`` and ``r@3`` for the extractor), in points (x100), with a 95% paired
+bootstrap interval over questions (``--resamples`` draws of the set's questions, each with all its
+rows, seeded; ``scripts/paired_bootstrap.py``, the one ``bench_quality.py`` uses) and ``ahead``
+(the interval's lower end above 0). Answer sets also give ``by_negative_kind``: the AUC of the
+positives against each kind of negative alone (``answer-removed``, ``answer-swapped``,
+``question-perturbed``; ``hit`` and ``negative`` in the mined sets), with the same margins: which
+contrast a model misses. A perturbed question is drawn with the question it came from.
+
+``summary`` (last in the JSON, and printed as Markdown tables) has one row per model, set,
+metric and baseline, and ``targets``: the answer classifier ahead of ``evaluator``, ``bm25_pair``
+and ``minilm_cosine`` on every answer set; the extractor ahead of ``bm25`` and ``minilm_cosine``
+on ``p@1`` and ``r@3`` on every extractor set; each failed target listed by set. A set is left
+out of the targets (and says why) when more than half its questions are in the model's training
+files; ``evaluator_trained_queries`` counts those of the evaluator's (the quickstart evaluator
+trained on NQ-open's train split, so NQ is not out of domain for that baseline).
 
 The training time of each quickstart is read from its manifest (``training.train_runtime``).
 ``--int8`` also scores every set with the opt-in int8 mode (``quantize="int8"``) and reports its
 figures beside the fp32 ones (``model_int8``: the metric change and the largest score difference).
-The JSON has, per model and set, ``{"n", ..., "model": {...}, "baselines": {name: {...}}}``.
+Per model and set the JSON has ``{"n", ..., "model": {...}, "baselines": {name: {...}},
+"margins": {...}}``.
 """
 
 from __future__ import annotations
@@ -43,10 +73,18 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a source checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared bootstrap (scripts/paired_bootstrap.py)
+
+from paired_bootstrap import auc_metric, mean_metric, paired_bootstrap, query_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 NQ = ROOT / "data" / "sample" / "nq_open" / "nq-open-oracle.jsonl.gz"
+SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 logger = logging.getLogger("bench_models")
+
+#: the baselines each model has to be ahead of, and on which metrics (``summary.targets``)
+TARGETS = {"answer_classifier": (("auc",), ("evaluator", "bm25_pair", "minilm_cosine")),
+           "extractor": (("p@1", "r@3"), ("bm25", "minilm_cosine"))}
 
 
 # --------------------------------------------------------------------------------------------
@@ -100,31 +138,121 @@ def overlap(query: str, sentence: str) -> float:
 # data
 
 
+def origin_of(pair) -> str:
+    """The question a pair belongs to: a perturbed question's original one, else its own."""
+    return str(pair.metadata.get("origin_query_id") or pair.query_id)
+
+
 def load_pairs(path: Path, max_queries: int | None):
+    """The labelled pairs of ``path``; with ``max_queries``, those of its first questions (a
+    perturbed question goes with the one it came from)."""
     from data_prep.io import read_records
     from data_prep.records import LabelledPair
 
     pairs = list(read_records(path, LabelledPair))
     if max_queries:
-        keep = list(dict.fromkeys(p.query_id for p in pairs))[:max_queries]
-        keep_set = set(keep)
-        pairs = [p for p in pairs if p.query_id in keep_set]
+        keep = set(list(dict.fromkeys(origin_of(p) for p in pairs))[:max_queries])
+        pairs = [p for p in pairs if origin_of(p) in keep]
     return pairs
 
 
-def nq_ood(work: Path) -> Path:
-    """The bundled NQ-open sample mined with top hits kept, built into answer and extractor data."""
+def nq_ood(work: Path, nq: Path = NQ) -> Path:
+    """The NQ-open sample mined with top hits kept, built into answer and extractor data (kept in
+    ``work`` and reused)."""
     from data_prep.build import BuildConfig, build
     from data_prep.mining import MiningConfig, run_mining
     from data_prep.readers import open_source
 
     built = work / "built"
     if not (built / "meta.json").exists():
-        run_mining(open_source("nq-open", input=str(NQ)), work / "mined",
+        run_mining(open_source("nq-open", input=str(nq)), work / "mined",
                    MiningConfig(negatives=7, answer_hits=10, seed=13, show_progress=False))
         build(BuildConfig(input=str(work / "mined" / "examples.jsonl"), output=str(built), tasks=("answer", "extractor"),
                           dev_ratio=0.1, seed=13, overwrite=True))
     return built
+
+
+def answerability_set(work: Path, nq: Path = NQ, seed: int = 13) -> tuple[Path, dict]:
+    """The SQuAD-2.0-style answerability pairs of the NQ-open questions (built afresh each run, in
+    seconds): each gold passage and its hard negatives (``data_prep build --hard-negatives all``,
+    one of each kind a question, every question in one split so the whole sample is the set).
+    Returns the pairs file, with only the questions that got a hard negative, and the build's
+    ``meta["hard_negatives"]`` counts."""
+    from data_prep.build import BuildConfig, build
+    from data_prep.io import read_records, write_jsonl
+    from data_prep.readers import open_source
+    from data_prep.records import LabelledPair
+
+    work.mkdir(parents=True, exist_ok=True)
+    examples = work / "examples.jsonl"
+    write_jsonl(examples, [ex for ex in open_source("nq-open", input=str(nq)).queries()])  # positives only
+    meta = build(BuildConfig(input=str(examples), output=str(work / "built"), tasks=("answer",), dev_ratio=0.0,
+                             seed=seed, hard_negatives=("removed", "swapped", "perturbed"), overwrite=True))
+    pairs = list(read_records(work / "built" / "answer" / "train.pairs.jsonl", LabelledPair))
+    with_negatives = {origin_of(p) for p in pairs if p.metadata.get("negative_kind")}
+    kept = [p for p in pairs if origin_of(p) in with_negatives]
+    out = work / "pairs.jsonl"
+    write_jsonl(out, kept)
+    info = {"source": str(nq), "questions": len({origin_of(p) for p in pairs}), "questions_with_hard_negatives":
+            len(with_negatives), **{k: meta["hard_negatives"][k] for k in ("kinds", "per_question", "made", "skipped")}}
+    return out, info
+
+
+def scifact_rationales(folder: Path) -> dict:
+    """Whether ``folder`` (SciFact) has rationale sentence labels to score the extractor on."""
+    if not folder.is_dir():
+        return {"available": False, "why": f"no SciFact folder at {folder}"}
+    keys = ("evidence", "rationale", "rationales", "sentences", "evidence_sets")
+    found = []
+    for name in ("queries.jsonl", "corpus.jsonl", "claims_train.jsonl"):
+        path = folder / name
+        if not path.is_file():
+            continue
+        with open(path, encoding="utf-8") as f:
+            for line, _ in zip(f, range(200)):
+                row = json.loads(line)
+                found += [f"{name}:{k}" for k in keys if k in row or k in (row.get("metadata") or {})]
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+    if not found:
+        return {"available": False, "files": files,
+                "why": "the BEIR layout holds claims, abstracts and claim-to-abstract qrels only "
+                       "(no rationale sentence indices), so no sentence labels exist to score against"}
+    return {"available": False, "files": files, "fields": sorted(set(found)),
+            "why": "rationale-like fields found, but this script has no reader for them yet"}
+
+
+def training_queries_of(model) -> set[str]:
+    """Normalised questions of the training files (``train*``) the export's manifest names and
+    that exist here (``bench_quality.trained_on``)."""
+    from bench_quality import trained_on, training_queries
+
+    inputs = [r for r in trained_on(model.manifest) if not r.get("format") and Path(r["path"]).name.startswith("train")]
+    return training_queries(inputs)
+
+
+def seen_queries(pairs, seen: set[str]) -> int:
+    from data_prep.text import normalize_answer
+
+    return len({p.query for p in pairs if normalize_answer(p.query) in seen})
+
+
+# --------------------------------------------------------------------------------------------
+# margins
+
+
+def with_ahead(m: dict, metric: str) -> dict:
+    """``paired_bootstrap``'s result with ``metric``, ``unit`` and an ``ahead`` per baseline."""
+    if not m:
+        return {}
+    out = {"metric": metric, "unit": "points (x100)", "resamples": m["resamples"]}
+    for k, v in m.items():
+        if isinstance(v, dict):
+            out[k] = {**v, "ahead": bool(v["ci95"][0] > 0)}
+    return out
+
+
+def auc_margins(ours, baselines: dict, labels, units: list[str], seed: int, resamples: int) -> dict:
+    return with_ahead(paired_bootstrap(auc_metric(labels), ours, baselines, query_rows(units), seed, resamples), "auc")
 
 
 # --------------------------------------------------------------------------------------------
@@ -142,9 +270,39 @@ def pair_figures(scores, labels, threshold: float | None = None) -> dict:
     return out
 
 
-def bench_answer(model, pairs, cosine: Cosine, int8=None) -> dict:
+def negative_kind(pair) -> str | None:
+    """``None`` for a positive; else the generated kind, or the pair's role (``hit``, ``negative``;
+    ``gold-without-answer`` for a gold passage without a gold answer string)."""
+    if pair.label >= 0.5:
+        return None
+    kind = pair.metadata.get("negative_kind") or pair.passage.metadata.get("negative_kind")
+    role = pair.metadata.get("role") or "negative"
+    return kind or ("gold-without-answer" if role == "positive" else role)
+
+
+def by_negative_kind(pairs, scores: dict[str, np.ndarray], labels, units, seed: int, resamples: int) -> dict:
+    """Per negative kind: the AUC of every positive against that kind's negatives alone, for the
+    model and each baseline, and the model's margins."""
+    from inference.metrics import roc_auc
+
+    kinds = [negative_kind(p) for p in pairs]
+    labels = np.asarray(labels, dtype=float)
+    out = {}
+    for kind in sorted({k for k in kinds if k}):
+        rows = np.asarray([i for i, k in enumerate(kinds) if k is None or k == kind])
+        sub = {name: s[rows] for name, s in scores.items()}
+        y = labels[rows]
+        out[kind] = {"n": int(sum(k == kind for k in kinds)), "auc": {name: roc_auc(s, y) for name, s in sub.items()},
+                     "margins": auc_margins(sub["model"], {k: v for k, v in sub.items() if k != "model"}, y,
+                                            [units[i] for i in rows], seed, resamples)}
+    return out
+
+
+def bench_answer(model, pairs, cosine: Cosine, int8=None, evaluator=None, seed: int = 13, resamples: int = 1000) -> dict:
     from inference.inputs import passage_text
 
+    if not pairs:
+        return {"n": 0, "skipped": "no pairs"}
     labels = [p.label for p in pairs]
     texts = [passage_text(p.passage, model.passage_format) for p in pairs]
     t0 = time.perf_counter()
@@ -167,12 +325,19 @@ def bench_answer(model, pairs, cosine: Cosine, int8=None) -> dict:
         q8 = int8.score([(p.query, p.passage) for p in pairs])
         extra["model_int8"] = {**pair_figures(q8, labels, model.threshold), "pairs_per_s": round(len(pairs) / (time.perf_counter() - t0), 1),
                                "max_abs_diff_vs_fp32": float(np.max(np.abs(np.asarray(q8) - np.asarray(probs))))}
+    base = {"bm25_pair": bm, "minilm_cosine": np.asarray(cos)}
+    if evaluator is not None:
+        base = {"evaluator": np.asarray(evaluator.score([(p.query, p.passage) for p in pairs])), **base}
+    units = [origin_of(p) for p in pairs]
     return {
         **extra,
-        "n": len(pairs), "positives": int(sum(y >= 0.5 for y in labels)), "queries": len(by_q), "by_role_label": dict(roles),
+        "n": len(pairs), "positives": int(sum(y >= 0.5 for y in labels)), "queries": len(set(units)),
+        "by_role_label": dict(roles),
         "model": {**pair_figures(probs, labels, model.threshold), "threshold": model.threshold,
-                  "pairs_per_s": round(len(pairs) / secs, 1)},
-        "baselines": {"bm25_pair": pair_figures(bm, labels), "minilm_cosine": pair_figures(cos, labels)},
+                  "pairs_per_s": round(len(pairs) / secs, 1) if secs else None},
+        "baselines": {k: pair_figures(v, labels) for k, v in base.items()},
+        "margins": auc_margins(probs, base, labels, units, seed, resamples),
+        "by_negative_kind": by_negative_kind(pairs, {"model": np.asarray(probs), **base}, labels, units, seed, resamples),
     }
 
 
@@ -193,23 +358,39 @@ def groups_of(pairs) -> list[list]:
     return out
 
 
-def ranking_figures(groups, scores_per_group) -> dict:
+def ranking_per_passage(groups, scores_per_group) -> dict[str, np.ndarray]:
+    """``p@1``, ``r@3`` and ``mrr`` of each passage (ties: the earlier sentence first)."""
     from inference.metrics import extraction_metrics
 
-    ranked, golds = [], []
+    out: dict[str, list[float]] = {"p@1": [], "r@3": [], "mrr": []}
     for ps, sc in zip(groups, scores_per_group):
         idx = list(range(len(ps)))
         order = sorted(idx, key=lambda j: (-sc[j], j))
-        ranked.append([(j, j + 1) for j in order])
-        golds.append([(j, j + 1) for j in idx if ps[j].label >= 0.5])
-    m = extraction_metrics(ranked, golds, k=3)
-    return {k: m[k] for k in ("p@1", "r@3", "mrr")}
+        m = extraction_metrics([[(j, j + 1) for j in order]], [[(j, j + 1) for j in idx if ps[j].label >= 0.5]], k=3)
+        for k in out:
+            out[k].append(m[k])
+    return {k: np.asarray(v, dtype=float) for k, v in out.items()}
 
 
-def bench_extractor(model, pairs, cosine: Cosine, int8=None) -> dict:
+def ranking_figures(groups, scores_per_group) -> dict:
+    per = ranking_per_passage(groups, scores_per_group)
+    return {k: float(v.mean()) if len(v) else float("nan") for k, v in per.items()}
+
+
+def ranking_margins(groups, ours: dict, baselines: dict[str, dict], seed: int, resamples: int) -> dict:
+    """``{"p@1": margins, "r@3": margins}`` over each baseline, the draws over questions."""
+    units = query_rows(ps[0].query_id for ps in groups)
+    return {m: with_ahead(paired_bootstrap(mean_metric, ours[m], {k: v[m] for k, v in baselines.items()}, units,
+                                           seed, resamples), m)
+            for m in ("p@1", "r@3")}
+
+
+def bench_extractor(model, pairs, cosine: Cosine, int8=None, evaluator=None, seed: int = 13, resamples: int = 1000) -> dict:
     from inference.inputs import passage_text
 
     groups = groups_of(pairs)
+    if not groups:
+        return {"passages": 0, "skipped": "no passage with a gold sentence"}
     flat = [p for ps in groups for p in ps]
     t0 = time.perf_counter()
     probs = model.score([(p.query, p.passage) for p in flat])
@@ -231,21 +412,90 @@ def bench_extractor(model, pairs, cosine: Cosine, int8=None) -> dict:
                                "max_abs_diff_vs_fp32": float(np.max(np.abs(np.asarray(q8) - np.asarray(probs))))}
     texts = [p.passage.text for p in flat]
     bm25 = BM25Pairs(texts)
-    bm = []
-    for ps in groups:
-        bm.append(bm25.score(ps[0].query, [p.passage.text for p in ps]))
+    bm = [bm25.score(ps[0].query, [p.passage.text for p in ps]) for ps in groups]
     cos = cosine.score([(p.query, passage_text(p.passage, model.passage_format)) for p in flat])
+    scores = {
+        "first_sentences": [[-j for j in range(len(ps))] for ps in groups],
+        "bm25": bm,
+        "lexical_overlap": [[overlap(p.query, p.passage.text) for p in ps] for ps in groups],
+        "minilm_cosine": per_group(cos),
+    }
+    if evaluator is not None:
+        scores["evaluator"] = per_group(evaluator.score([(p.query, p.passage) for p in flat]))
+    ours = ranking_per_passage(groups, per_group(probs))
+    base = {k: ranking_per_passage(groups, v) for k, v in scores.items()}
+    mean = lambda per: {k: float(v.mean()) for k, v in per.items()}  # noqa: E731
     return {
         **extra,
-        "passages": len(groups), "sentences": len(flat), "gold_sentences": int(sum(p.label >= 0.5 for p in flat)),
-        "model": {**ranking_figures(groups, per_group(probs)), "sentences_per_s": round(len(flat) / secs, 1)},
-        "baselines": {
-            "first_sentences": ranking_figures(groups, [[-j for j in range(len(ps))] for ps in groups]),
-            "bm25": ranking_figures(groups, bm),
-            "lexical_overlap": ranking_figures(groups, [[overlap(p.query, p.passage.text) for p in ps] for ps in groups]),
-            "minilm_cosine": ranking_figures(groups, per_group(cos)),
-        },
+        "passages": len(groups), "queries": len({ps[0].query_id for ps in groups}), "sentences": len(flat),
+        "gold_sentences": int(sum(p.label >= 0.5 for p in flat)),
+        "model": {**mean(ours), "sentences_per_s": round(len(flat) / secs, 1) if secs else None},
+        "baselines": {k: mean(v) for k, v in base.items()},
+        "margins": ranking_margins(groups, ours, base, seed, resamples),
     }
+
+
+# --------------------------------------------------------------------------------------------
+# summary
+
+
+def summary(result: dict) -> dict:
+    """One row per model, set, metric and baseline (margin, interval, ahead), and the targets."""
+    rows, targets = [], {}
+    for task, (metrics, needed) in TARGETS.items():
+        failed: dict[str, list[str]] = {}
+        checked, left_out = [], {}
+        for name, r in result.get(task, {}).items():
+            if not isinstance(r, dict) or ("margins" not in r and "excluded_from_targets" not in r):
+                continue  # export, training, scifact_rationales
+            margins = r.get("margins") or {}
+            per_metric = {"auc": margins} if task == "answer_classifier" else margins
+            for metric, m in per_metric.items():
+                for base, v in m.items():
+                    if isinstance(v, dict):
+                        rows.append({"model": task, "set": name, "metric": metric, "baseline": base, "margin": v["margin"],
+                                     "ci95": v["ci95"], "ahead": v["ahead"]})
+            if r.get("excluded_from_targets"):
+                left_out[name] = r["excluded_from_targets"]
+                continue
+            checked.append(name)
+            for metric in metrics:
+                m = per_metric.get(metric) or {}
+                for base in needed:
+                    if base not in m:
+                        failed.setdefault(name, []).append(f"{base} {metric} (not scored)")
+                    elif not m[base]["ahead"]:
+                        failed.setdefault(name, []).append(f"{base} {metric}")
+        targets[task] = {"rule": f"ahead (95% interval above 0) of {', '.join(needed)} on {' and '.join(metrics)} "
+                                 "on every scored set",
+                         "sets": checked, "met": bool(checked) and not failed, "failed": failed,
+                         **({"left_out": left_out} if left_out else {})}
+    targets["met"] = all(t["met"] for t in targets.values())
+    return {"rows": rows, "targets": targets}
+
+
+def markdown(result: dict) -> str:
+    """The summary, and the answer sets' AUC by negative kind, as Markdown tables."""
+    f = lambda v: "-" if v is None else f"{v:+.2f}"  # noqa: E731
+    lines = ["| model | set | metric | baseline | margin | 95% CI | ahead |", "|---|---|---|---|---:|---|---|"]
+    for r in result["summary"]["rows"]:
+        lines.append(f"| {r['model']} | {r['set']} | {r['metric']} | {r['baseline']} | {f(r['margin'])} | "
+                     f"[{f(r['ci95'][0])}, {f(r['ci95'][1])}] | {'yes' if r['ahead'] else 'no'} |")
+    kinds = [(name, kind, k) for name, r in result.get("answer_classifier", {}).items() if isinstance(r, dict)
+             for kind, k in (r.get("by_negative_kind") or {}).items()]
+    if kinds:
+        names = list(kinds[0][2]["auc"])
+        lines += ["", "| answer set | negative kind | n | " + " | ".join(f"AUC {n}" for n in names) + " |",
+                  "|---|---|---:|" + "---:|" * len(names)]
+        for name, kind, k in kinds:
+            cells = " | ".join("-" if k["auc"].get(n) is None else f"{k['auc'][n]:.3f}" for n in names)
+            lines.append(f"| {name} | {kind} | {k['n']} | {cells} |")
+    lines.append("")
+    t = result["summary"]["targets"]
+    for task in TARGETS:
+        fails = "; ".join(f"{s}: {', '.join(v)}" for s, v in t[task]["failed"].items()) or "none"
+        lines.append(f"- **{task}** target ({t[task]['rule']}): {'met' if t[task]['met'] else 'not met'}; failed: {fails}")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,53 +507,87 @@ def training_time(model) -> dict:
             "train_examples": t.get("data", {}).get("train_examples")}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--answer-model", default="outputs/answer-classifier-quickstart")
     ap.add_argument("--extractor-model", default="outputs/extractor-quickstart")
+    ap.add_argument("--evaluator-model", default="outputs/evaluator-quickstart",
+                    help="the evaluator export scored as a baseline in each model's place ('none': left out)")
     ap.add_argument("--dataset", default="outputs/datasets/squad", help="the recipes' built dataset (dev split)")
     ap.add_argument("--work", default="outputs/bench/nq-ood", help="where the NQ out-of-domain data is built")
+    ap.add_argument("--nq", default=str(NQ), help="the NQ-open file of nq_ood and nq_answerability")
+    ap.add_argument("--scifact", default=str(SCIFACT), help="SciFact (BEIR layout), checked for rationale sentence labels")
     ap.add_argument("--max-queries", type=int, default=None, help="cap each set at this many questions")
+    ap.add_argument("--resamples", type=int, default=1000, help="bootstrap draws of each margin's interval")
+    ap.add_argument("--seed", type=int, default=13, help="seed of the bootstrap draws and the answerability negatives")
     ap.add_argument("--int8", action="store_true", help="also score with the opt-in int8 mode (quantize='int8')")
     ap.add_argument("--json", required=True)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
     import inference
 
+    t_start = time.perf_counter()
     ans = inference.load(args.answer_model, task="answer_classifier", device="cpu")
     ext = inference.load(args.extractor_model, task="extractor", device="cpu")
     ans8 = inference.load(args.answer_model, device="cpu", quantize="int8") if args.int8 else None
     ext8 = inference.load(args.extractor_model, device="cpu", quantize="int8") if args.int8 else None
+    evaluator, evaluator_info = None, {"export": None, "why": "--evaluator-model none"}
+    if args.evaluator_model.lower() != "none":
+        if Path(args.evaluator_model).exists():
+            evaluator = inference.load(args.evaluator_model, task="evaluator", device="cpu")
+            evaluator_info = {"export": args.evaluator_model, "name": evaluator.manifest.name, "mode": "pairs"}
+        else:
+            logger.warning("no evaluator export at %s: its baseline is left out", args.evaluator_model)
+            evaluator_info = {"export": None, "why": f"no export at {args.evaluator_model}"}
     cosine = Cosine()
-    ood = nq_ood(ROOT / args.work)
+    work = ROOT / args.work
+    ood = nq_ood(work, Path(args.nq))
+    answerability, answerability_info = answerability_set(work / "answerability", Path(args.nq), args.seed)
     dataset = ROOT / args.dataset
+    seen = {"model": {"answer_classifier": training_queries_of(ans), "extractor": training_queries_of(ext)},
+            "evaluator": training_queries_of(evaluator) if evaluator is not None else set()}
     result: dict = {
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "command": " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
                     "threads": torch.get_num_threads()},
+        "options": {"max_queries": args.max_queries, "resamples": args.resamples, "seed": args.seed,
+                    "margin_unit": "points (x100)", "evaluator": evaluator_info},
         "answer_classifier": {"export": args.answer_model, "training": training_time(ans)},
         "extractor": {"export": args.extractor_model, "training": training_time(ext)},
     }
-    for name, folder in (("dev", dataset), ("nq_ood", ood)):
-        pairs = load_pairs(folder / "answer" / "dev.pairs.jsonl", args.max_queries)
-        logger.info("answer classifier on %s: %d pairs", name, len(pairs))
-        result["answer_classifier"][name] = r = bench_answer(ans, pairs, cosine, ans8)
-        logger.info("  AUC %.4f; BM25 %.4f; MiniLM cosine %.4f", r["model"]["auc"], r["baselines"]["bm25_pair"]["auc"],
-                    r["baselines"]["minilm_cosine"]["auc"])
-        pairs = load_pairs(folder / "extractor" / "dev.pairs.jsonl", args.max_queries)
-        logger.info("extractor on %s: %d sentence pairs", name, len(pairs))
-        result["extractor"][name] = r = bench_extractor(ext, pairs, cosine, ext8)
-        logger.info("  p@1 %.4f r@3 %.4f; first %.4f, BM25 %.4f, overlap %.4f, cosine %.4f", r["model"]["p@1"],
-                    r["model"]["r@3"], *(r["baselines"][b]["p@1"] for b in ("first_sentences", "bm25", "lexical_overlap",
-                                                                            "minilm_cosine")))
+    answer_sets = (("dev", dataset / "answer" / "dev.pairs.jsonl"), ("nq_ood", ood / "answer" / "dev.pairs.jsonl"),
+                   ("nq_answerability", answerability))
+    extractor_sets = (("dev", dataset / "extractor" / "dev.pairs.jsonl"), ("nq_ood", ood / "extractor" / "dev.pairs.jsonl"))
+    for task, model, q8, bench, sets in (("answer_classifier", ans, ans8, bench_answer, answer_sets),
+                                         ("extractor", ext, ext8, bench_extractor, extractor_sets)):
+        for name, path in sets:
+            pairs = load_pairs(path, args.max_queries)
+            logger.info("%s on %s: %d pairs", task, name, len(pairs))
+            r = bench(model, pairs, cosine, q8, evaluator, args.seed, args.resamples)
+            n_q = len({origin_of(p) for p in pairs})
+            r["model_trained_queries"] = seen_queries(pairs, seen["model"][task])
+            r["evaluator_trained_queries"] = seen_queries(pairs, seen["evaluator"])
+            if n_q and r["model_trained_queries"] > n_q / 2:
+                r["excluded_from_targets"] = f"{r['model_trained_queries']} of its {n_q} questions are in the model's training files"
+            if name == "nq_answerability":
+                r["about"] = answerability_info
+            if "margins" not in r:
+                r["excluded_from_targets"] = r.get("skipped", "nothing to score")
+            result[task][name] = r
+            logger.info("  model %s; baselines %s", {k: round(v, 4) for k, v in r.get("model", {}).items()
+                                                      if k in ("auc", "p@1", "r@3")},
+                        {b: {k: round(v, 4) for k, v in f.items() if k in ("auc", "p@1", "r@3") and v is not None}
+                         for b, f in r.get("baselines", {}).items()})
+    result["extractor"]["scifact_rationales"] = scifact_rationales(Path(args.scifact))
+    result["runtime_s"] = round(time.perf_counter() - t_start, 1)
+    result["summary"] = summary(result)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps({k: {s: v[s]["model"] for s in ("dev", "nq_ood")} for k, v in result.items()
-                      if k in ("answer_classifier", "extractor")}, indent=1))
+    print(markdown(result))
     return 0
 
 

@@ -82,6 +82,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # runnable from a 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the shared baselines of bench_models
 
 from bench_models import BM25Pairs, Cosine  # noqa: E402
+from paired_bootstrap import auc_metric, paired_bootstrap, query_rows  # noqa: E402
 from data_prep.build import file_sha256  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -363,33 +364,11 @@ def margin_ci(ours, baselines: dict, labels, qids, seed: int = 13, resamples: in
     interval over queries (the set's queries drawn with replacement, each with all its pairs; the
     same draws for every score). ``clear`` when the interval's lower end is above 0 for every
     baseline: the margin is not the luck of which queries the set holds."""
-    from inference.metrics import roc_auc
-
-    labels = np.asarray(labels, dtype=float)
-    rows: dict[str, list[int]] = {}
-    for i, q in enumerate(qids):
-        rows.setdefault(str(q), []).append(i)
-    groups = [np.asarray(v) for v in rows.values()]
-    ours = np.asarray(ours, dtype=float)
-    base = {k: np.asarray(v, dtype=float) for k, v in baselines.items()}
-    rng = np.random.default_rng(seed)
-    diffs: dict[str, list[float]] = {k: [] for k in base}
-    for _ in range(resamples):
-        idx = np.concatenate([groups[j] for j in rng.integers(0, len(groups), len(groups))])
-        y = labels[idx]
-        if y.min() >= 0.5 or y.max() < 0.5:
-            continue
-        a = roc_auc(ours[idx], y)
-        for k, b in base.items():
-            diffs[k].append(a - roc_auc(b[idx], y))
-    out: dict = {"resamples": resamples, "unit": "AUC points (x100)"}
-    for k, d in diffs.items():
-        if not d:
-            return {}
-        full = roc_auc(ours, labels) - roc_auc(base[k], labels)
-        lo, hi = np.percentile(d, [2.5, 97.5])
-        out[k] = {"margin": round(100 * full, 2), "ci95": [round(100 * float(lo), 2), round(100 * float(hi), 2)]}
-    out["clear"] = all(out[k]["ci95"][0] > 0 for k in base)
+    m = paired_bootstrap(auc_metric(labels), ours, baselines, query_rows(qids), seed, resamples)
+    if not m:
+        return {}
+    out: dict = {"resamples": resamples, "unit": "AUC points (x100)", **{k: m[k] for k in baselines}}
+    out["clear"] = all(out[k]["ci95"][0] > 0 for k in baselines)
     return out
 
 

@@ -48,13 +48,17 @@ def relabel(pairs: list) -> tuple[list, dict]:
     return out, stats
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--input", required=True, help="LabelledPair JSONL (data_prep build --tasks answer)")
     ap.add_argument("--output", required=True, help="where to write the relabelled pairs")
     ap.add_argument("--json", help="also write the counts here")
     ap.add_argument("--overwrite", action="store_true")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
 
     from data_prep.io import DataError, read_records, write_json, write_jsonl
     from data_prep.records import LabelledPair

@@ -27,8 +27,9 @@ from readers_helpers import FIX, SAMPLE, rejects_index
 from data_prep import build as B
 from data_prep.cli import main
 from data_prep.io import DataError, Rejects, iter_lines, write_jsonl
-from data_prep.readers import open_source
-from data_prep.readers.common import iter_json_array, open_pairs, text_query_id
+from data_prep.readers import open_pairs, open_source
+from data_prep.readers.common import text_query_id
+from data_prep.readers.files import iter_json_array
 from data_prep.records import Passage, QueryExample
 
 NQ_GZ = SAMPLE / "nq_open" / "nq-open-oracle.jsonl.gz"

@@ -7,16 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from data_prep.bm25 import (
-    BM25Params,
-    CorpusStore,
-    IndexMismatchError,
-    build_csc,
-    corpus_sha256,
-    okapi_idf,
-    open_index,
-    topk_agreement,
-)
+from data_prep.bm25 import BM25Params, IndexMismatchError, build_csc, okapi_idf, open_index, topk_agreement
+from data_prep.corpus_store import CorpusStore, corpus_sha256
 from data_prep.records import Passage
 from data_prep.tokenization import TokenizerConfig, build_tokenizer
 from tests.conftest import nq_rows

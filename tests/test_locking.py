@@ -344,7 +344,7 @@ def test_training_run_is_refused(held, work, tmp_path, capsys):
 
 KILLED_MINE = """
 import os, signal, sys
-import data_prep.mining as m
+import data_prep.mining.run as m  # the module whose run_mining calls _run_shard
 first = m._run_shard
 def run_then_die(*a, **k):  # SIGKILL right after the first shard is written: no cleanup at all
     first(*a, **k)

@@ -14,8 +14,8 @@ import pytest
 from readers_helpers import FIX
 
 from data_prep.io import DataError, MissingInputError, Rejects, read_records
-from data_prep.readers import open_source
-from data_prep.readers.common import open_pairs, stable_id, text_query_id
+from data_prep.readers import open_pairs, open_source
+from data_prep.readers.common import stable_id, text_query_id
 from data_prep.readers.crag import read_evaluator_lines, read_evaluator_pairs, read_popqa_pairs
 from data_prep.readers.rows import EMPTY_PASSAGE_ID, PairRow, open_pair_rows, resolve_format
 from data_prep.readers.simple import PairRow as SimplePairRow

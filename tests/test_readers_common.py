@@ -10,15 +10,9 @@ import pytest
 from readers_helpers import FIX, SAMPLE, rejects_index
 
 from data_prep.io import DataError, MissingInputError, Rejects
-from data_prep.readers import common as _common
-from data_prep.readers.common import (
-    OnceRejects,
-    fix_mojibake,
-    iter_json_array,
-    iter_json_records,
-    stable_id,
-    text_query_id,
-)
+from data_prep.readers import files as _files
+from data_prep.readers.common import OnceRejects, fix_mojibake, stable_id, text_query_id
+from data_prep.readers.files import iter_json_array, iter_json_records
 
 DPR = FIX / "nq" / "dpr-nq.sample.json"
 
@@ -61,7 +55,7 @@ def test_json_array_buffer_stays_near_one_element(tmp_path, monkeypatch):
     path = tmp_path / "big.json"
     path.write_text(json.dumps([element] * 300, indent=4), encoding="utf-8")
     biggest = 0
-    real_fill = _common._ArrayReader.fill
+    real_fill = _files._ArrayReader.fill
 
     def spy(self):
         nonlocal biggest
@@ -69,7 +63,7 @@ def test_json_array_buffer_stays_near_one_element(tmp_path, monkeypatch):
         biggest = max(biggest, len(self.buf))
         return out
 
-    monkeypatch.setattr(_common._ArrayReader, "fill", spy)
+    monkeypatch.setattr(_files._ArrayReader, "fill", spy)
     assert sum(1 for _ in iter_json_array(path, chunk_size=4096)) == 300
     assert path.stat().st_size > 600_000
     assert biggest < 3 * 4096 + 3 * len(json.dumps(element, indent=4))

@@ -8,8 +8,8 @@ import pytest
 from readers_helpers import FIX
 
 from data_prep.io import DataError, MissingInputError, Rejects
-from data_prep.readers import open_source
-from data_prep.readers.common import open_pairs, stable_id
+from data_prep.readers import open_pairs, open_source
+from data_prep.readers.common import stable_id
 from data_prep.readers.crag import read_evaluator_pairs, read_popqa, read_popqa_pairs, write_evaluator_pairs
 
 EVAL = FIX / "crag" / "crag_evaluator.sample.txt"

@@ -8,8 +8,7 @@ import pytest
 from readers_helpers import FIX
 
 from data_prep.io import DataError, MissingInputError, Rejects, write_jsonl
-from data_prep.readers import open_source
-from data_prep.readers.common import open_pairs
+from data_prep.readers import open_pairs, open_source
 from data_prep.readers.ours import read_pairs, read_passages, read_queries
 
 SCIFACT = FIX / "beir" / "scifact"

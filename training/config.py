@@ -452,14 +452,19 @@ def help_text(config_cls: type[TrainConfig] = EvaluatorConfig) -> str:
     return "\n".join(lines)
 
 
-def parse_cli(argv: list[str], config_cls: type[TrainConfig] = EvaluatorConfig) -> TrainConfig:
+def build_parser(config_cls: type[TrainConfig] = EvaluatorConfig) -> argparse.ArgumentParser:
+    """The entry script's parser: ``--config`` only; every other ``--key value`` is a config override."""
     parser = argparse.ArgumentParser(
         prog=f"accelerate launch {config_cls.ENTRY}",
-        description=f"Train a CRAG {task_spec(config_cls.TASK).title}. With no arguments: the quickstart recipe.",
+        description=f"Train a {task_spec(config_cls.TASK).title}. With no arguments: the quickstart recipe.",
         epilog=help_text(config_cls),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--config", default=None,
                         help=f"YAML recipe (default {config_cls.DEFAULT_RECIPE.relative_to(ROOT)})")
-    args, rest = parser.parse_known_args(argv)
+    return parser
+
+
+def parse_cli(argv: list[str], config_cls: type[TrainConfig] = EvaluatorConfig) -> TrainConfig:
+    args, rest = build_parser(config_cls).parse_known_args(argv)
     return build_config(args.config, parse_overrides(rest), config_cls)

@@ -95,7 +95,7 @@ def distill_labels(teacher_dir: str, input_file: str, output_file: str, mix: str
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m training.distill", description=__doc__.splitlines()[0])
     ap.add_argument("--teacher", required=True, help="an export folder (evaluator, or any task that scores pairs)")
     ap.add_argument("--input", required=True, help="LabelledPair JSONL (e.g. a build's extractor/train.pairs.jsonl)")
@@ -104,7 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default=None)
     ap.add_argument("--overwrite", action="store_true")
     add_ray_args(ap.add_argument_group("Ray cluster: the teacher on an actor pool (inference.distributed)"))
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from data_prep.io import DataError
 

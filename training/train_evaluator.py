@@ -1,4 +1,4 @@
-"""Train a CRAG CRAG retrieval evaluator.
+"""Train a CRAG retrieval evaluator.
 
     accelerate launch training/train_evaluator.py [--config configs/evaluator/X.yaml] [--key value ...]
 

@@ -24,7 +24,8 @@ from typing import Iterator
 from ..io import STRICT, DataError, Rejects, empty_file_error, iter_json_lines, open_binary, parse_rows, require_path
 from ..records import Passage
 from . import Source, register_format
-from .common import Qrel, SeenIds, check_text, id_str, iter_tsv, join_qrels, once, parse_score
+from .common import Qrel, SeenIds, check_text, id_str, join_qrels, once, parse_score
+from .files import iter_tsv
 
 logger = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from typing import Iterable, Iterator
 from ..io import STRICT, DataError, Rejects, atomic_write, iter_lines, parse_rows, require_path
 from ..records import LabelledPair, Passage, QueryExample
 from ..text import contains_answer
-from . import Source, register_format
+from . import Source, register_format, register_pairs
 from .common import (
     SeenIds,
     check_passages,
@@ -51,13 +51,12 @@ from .common import (
     ctx_passage,
     dedupe,
     id_str,
-    iter_json_records,
     once,
-    register_pairs,
     stable_id,
     str_list,
     text_query_id,
 )
+from .files import iter_json_records
 
 logger = logging.getLogger(__name__)
 

@@ -40,8 +40,6 @@ from .common import (
     dedupe,
     group_consecutive,
     id_str,
-    iter_parquet_rows,
-    iter_tsv,
     join_qrels,
     maybe_fix,
     once,
@@ -50,6 +48,7 @@ from .common import (
     str_list,
     text_query_id,
 )
+from .files import iter_parquet_rows, iter_tsv
 
 logger = logging.getLogger(__name__)
 

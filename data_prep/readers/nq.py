@@ -42,11 +42,11 @@ from .common import (
     ctx_passage,
     dedupe,
     id_str,
-    iter_json_records,
     once,
     str_list,
     text_query_id,
 )
+from .files import iter_json_records
 
 logger = logging.getLogger(__name__)
 

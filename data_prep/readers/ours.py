@@ -25,8 +25,8 @@ from typing import Iterator
 
 from ..io import DataError, Rejects, iter_json_lines, parse_rows, require_path
 from ..records import LabelledPair, Passage, QueryExample, RecordError
-from . import Source, register_format
-from .common import SeenIds, check_passages, dedupe, once, register_pairs
+from . import Source, register_format, register_pairs
+from .common import SeenIds, check_passages, dedupe, once
 from .crag import pairs_to_examples
 
 logger = logging.getLogger(__name__)

@@ -61,8 +61,7 @@ def resolve_format(path: str | os.PathLike, fmt: str = "auto") -> str:
 
 def _check_options(fmt: str, options: dict[str, Any]) -> None:
     """An option the format's reader does not take is an error, not silently ignored."""
-    from . import FORMATS
-    from .common import PAIR_READERS
+    from . import FORMATS, PAIR_READERS
 
     reader = PAIR_READERS[fmt] if fmt in PAIR_READERS else FORMATS[fmt][0]
     accepted = set(inspect.signature(reader).parameters)
@@ -111,8 +110,7 @@ def open_pair_rows(path: str | os.PathLike, fmt: str = "auto", rejects: Rejects 
         if options:
             raise ValueError(f"format {fmt!r} does not take {', '.join('--' + k.replace('_', '-') for k in options)}")
         return fmt, PairRows(fmt, empty_passages, lambda _: read_simple(path, rejects))
-    from . import FORMATS, load_all
-    from .common import open_pairs
+    from . import FORMATS, load_all, open_pairs
 
     load_all()
     if fmt not in FORMATS:

@@ -19,6 +19,12 @@ Groups (for ``group-ce``): one per answer-bearing passage, with ``group_size - 1
 same question that do not hold the answer (:func:`answer_groups_example` turns a question's pairs
 into the example the evaluator's group builder samples from): "which of these on-topic passages
 holds the answer" is the contrast the classifier has to learn.
+
+With ``build --hard-negatives`` the question also gets answerability negatives made from its
+answer-bearing positives (:mod:`data_prep.tasks.answerability`): the passage with its answer
+sentences removed, the passage with its answer swapped for a wrong one of the same type (label 0:
+a wrong answer is not the answer), and the question with its key entity swapped for one the passage
+does not mention. The first two join the question's groups; perturbed questions are pairs only.
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from typing import Any, Callable
 import numpy as np
 from tqdm.auto import tqdm
 
-from .cluster import RayOptions, connect, n_workers, remote, run_tasks
-from .io import atomic_write, write_json
+from ..cluster import RayOptions, connect, n_workers, remote, run_tasks
+from ..io import atomic_write, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +69,9 @@ def _materialise(key: str, ref) -> Path:
 
 def _mine_task(where: tuple, backend: str, cfg, lines: bytes) -> tuple[bytes, dict[str, Any]]:
     """One shard in a worker: ``where`` is ``("dir", path)`` or ``("shipped", key, ref)``."""
-    from .bm25 import load_index
-    from .mining import mine_shard
-    from .records import QueryExample
+    from ..bm25 import load_index
+    from ..records import QueryExample
+    from .run import mine_shard
 
     key = where[1]
     if _CACHE.get("index_key") != key:
@@ -83,7 +83,7 @@ def _mine_task(where: tuple, backend: str, cfg, lines: bytes) -> tuple[bytes, di
     encoder = None
     if cfg.dense_model is not None:
         if _CACHE.get("dense_key") != (cfg.dense_model, cfg.dense_batch_size):
-            from .dense import DenseEncoder
+            from ..dense import DenseEncoder
 
             _CACHE["dense"] = DenseEncoder(None if cfg.dense_model == "default" else cfg.dense_model,
                                            batch_size=cfg.dense_batch_size)
@@ -103,7 +103,7 @@ def _mine_task(where: tuple, backend: str, cfg, lines: bytes) -> tuple[bytes, di
 def run_shards(out: Path, work: Path, index, cfg, todo: list[int], n_queries: int, backend: str, opts: RayOptions,
                on_shard_done: Callable[[int], None] | None = None) -> None:
     """Run shards ``todo`` as Ray tasks; the driver writes each as it finishes (one bar for all)."""
-    from .mining import shard_bounds, shard_paths
+    from .run import shard_bounds, shard_paths
 
     ray = connect(opts)
     if backend == "pruned":
