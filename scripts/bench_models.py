@@ -571,7 +571,8 @@ def main(argv: list[str] | None = None) -> int:
             r["model_trained_queries"] = seen_queries(pairs, seen["model"][task])
             r["evaluator_trained_queries"] = seen_queries(pairs, seen["evaluator"])
             if n_q and r["model_trained_queries"] > n_q / 2:
-                r["excluded_from_targets"] = f"{r['model_trained_queries']} of its {n_q} questions are in the model's training files"
+                r["excluded_from_targets"] = (f"{r['model_trained_queries']} of its {n_q} questions are in the "
+                                              "model's training files")
             if name == "nq_answerability":
                 r["about"] = answerability_info
             if "margins" not in r:

@@ -53,6 +53,13 @@ def lock_outputs(state, stack: contextlib.ExitStack, outputs: dict[str, str]) ->
                 break
     if state.num_processes > 1:
         refused = broadcast_object_list([refused], from_process=0)[0]
+        if refused is not None:
+            # every rank has its copy before any exits: a rank that left while another still read
+            # the broadcast reset the connection under it (gloo aborts: SIGABRT instead of exit 2)
+            import torch.distributed as dist
+
+            state.wait_for_everyone()
+            dist.destroy_process_group()
     return refused
 
 
