@@ -203,8 +203,6 @@ def make_requests(texts: list[str], questions: list[str], n: int, docs: int, sta
 
 def check_same_work(model, reqs: list[dict], ours: list, peer: list, head: str, peer_kind: str = "fastapi") -> float:
     """Max |ours - formula(peer)| over every document of every request."""
-    import numpy as np
-
     worst = 0.0
     for req, o, p in zip(reqs, ours, peer):
         mine = {r["index"]: r["relevance_score"] for r in o["results"]}

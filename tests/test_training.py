@@ -166,6 +166,29 @@ def test_resume_after_kill_equals_uninterrupted(tiny_bert, data, tmp_path):
         assert torch.allclose(a[k], b[k], atol=1e-6), k
 
 
+def test_resume_refuses_checkpoints_of_another_recipe(tiny_bert, data, tmp_path, caplog):
+    """``resume_from_checkpoint: auto`` continues a run only with the recipe its checkpoints were
+    trained with; a longer run or another calibration may resume, a changed optimisation or data may not."""
+    from training.config import ConfigError
+    from training.core import RUN_RECIPE
+
+    first = cfg_for(tiny_bert, data, tmp_path, max_steps=4, eval_steps=0, save_steps=4, seed=3)
+    train_evaluator(first)
+    assert json.loads((Path(first.output_dir) / RUN_RECIPE).read_text())["learning_rate"] == first.learning_rate
+    changed = cfg_for(tiny_bert, data, tmp_path, max_steps=4, eval_steps=0, save_steps=4, seed=3, pos_weight=2.0,
+                      learning_rate=1e-3)
+    with pytest.raises(ConfigError, match=r"another recipe \(differs in: learning_rate, pos_weight\)"):
+        train_evaluator(changed)
+    longer = cfg_for(tiny_bert, data, tmp_path, max_steps=6, eval_steps=0, save_steps=2, seed=3, calibration="temperature")
+    with caplog.at_level("INFO", logger="training.core"):
+        res = train_evaluator(longer)
+    assert "resuming from" in caplog.text and res.export_dir is not None
+    fresh = cfg_for(tiny_bert, data, tmp_path, max_steps=4, eval_steps=0, save_steps=4, seed=3, learning_rate=1e-3,
+                    resume_from_checkpoint=None)
+    train_evaluator(fresh)  # null: start fresh, the recipe recorded anew
+    assert json.loads((Path(first.output_dir) / RUN_RECIPE).read_text())["learning_rate"] == 1e-3
+
+
 def test_every_recipe_loads():
     recipes = sorted((ROOT / "configs" / "evaluator").glob("*.yaml"))
     assert len(recipes) >= 4

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from data_prep.io import write_json
 from inference.calibration import sigmoid
 from inference.corpus_norm import CorpusNorm, combine, top_k_mean
 from inference.inputs import PairEncoder, passage_text
@@ -249,6 +250,43 @@ def fit_corpus_norm(cfg: TrainConfig, engine, reference_texts: list[str], calib_
     return cn, dev_metrics(cfg, decision, probs, y, SimpleNamespace(group_ids=ids))
 
 
+#: the file in output_dir that records what its checkpoints were trained with
+RUN_RECIPE = "run_recipe.json"
+#: settings that may change between a run and its resumption: where things go, logging, how long it
+#: trains, and what happens after training (calibration, the decision, the export)
+RESUMABLE_CHANGES = frozenset({
+    "output_dir", "export_dir", "resume_from_checkpoint", "report_to", "run_name", "logging_steps", "eval_steps",
+    "save_steps", "save_total_limit", "dataloader_num_workers", "per_device_eval_batch_size", "max_steps",
+    "num_train_epochs", "max_dev_examples", "max_calibration_examples", "min_dev_pairs", "calibration",
+    "threshold_rule", "threshold_target", "threshold", "merge_lora", "corpus_norm", "corpus_norm_k",
+    "corpus_norm_withheld",
+})
+
+
+def run_recipe(cfg: TrainConfig) -> dict[str, Any]:
+    """What a run's checkpoints depend on: the config without :data:`RESUMABLE_CHANGES`."""
+    return {k: v for k, v in cfg.to_dict().items() if k not in RESUMABLE_CHANGES}
+
+
+def check_resumable(cfg: TrainConfig, checkpoint: str) -> None:
+    """Refuse to resume ``checkpoint`` (found by ``resume_from_checkpoint: auto``) when output_dir's
+    checkpoints were trained with another recipe: a changed dataset, model or loss would otherwise
+    continue the old run silently and export its weights as the new recipe's."""
+    path = Path(cfg.output_dir) / RUN_RECIPE
+    if not path.is_file():
+        logger.warning("%s: no %s beside the checkpoints (a run from before it was recorded): resuming without "
+                       "checking that they come from this recipe", cfg.output_dir, RUN_RECIPE)
+        return
+    before = json.loads(path.read_text(encoding="utf-8"))
+    now = json.loads(json.dumps(run_recipe(cfg)))  # tuples as lists, as the file holds them
+    changed = sorted(k for k in before.keys() | now.keys() if before.get(k) != now.get(k))
+    if changed:
+        raise ConfigError(f"output_dir {cfg.output_dir} holds checkpoints ({Path(checkpoint).name}) of another recipe "
+                          f"(differs in: {', '.join(changed)}); resuming would continue that run. Give another "
+                          "output_dir, remove its checkpoints, or set resume_from_checkpoint to null (start fresh) "
+                          "or to a checkpoint path (resume it anyway)")
+
+
 def train_model(cfg: TrainConfig) -> TrainResult:
     """Train the model of ``cfg``'s task, calibrate it and fit its decision on dev, and export it."""
     from accelerate import PartialState
@@ -342,7 +380,11 @@ def train_model(cfg: TrainConfig) -> TrainResult:
 
         resume = get_last_checkpoint(cfg.output_dir) if Path(cfg.output_dir).is_dir() else None
         if resume:
+            check_resumable(cfg, resume)
             logger.info("resuming from %s", resume)
+    if trainer.is_world_process_zero() and cfg.max_steps != 0:
+        Path(cfg.output_dir).mkdir(parents=True, exist_ok=True)
+        write_json(Path(cfg.output_dir) / RUN_RECIPE, run_recipe(cfg))
     if cfg.max_steps == 0:  # calibrate and export the backbone as it is
         logger.info("max_steps 0: no training; the model is calibrated on dev and exported as loaded")
         train_out = SimpleNamespace(global_step=0, training_loss=None, metrics={})

@@ -222,7 +222,7 @@ def _open_lucene(cfg: MiningConfig, out: Path, store_dir: Path, corpus: Callable
     """The :class:`~data_prep.lucene.LuceneIndex` of a run: Java, the jar and the index checked
     first (each with what to install or give); with ``--lucene-texts corpus``, the source's corpus
     as a store in ``store_dir`` (built once, reused while its sha256 matches)."""
-    from ..lucene import Anserini, IdRows, LuceneIndex, check_index
+    from ..lucene import Anserini, LuceneIndex, check_index
     from ..tokenization import Tokenizer
 
     index_dir = check_index(cfg.lucene_index)
