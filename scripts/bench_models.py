@@ -22,13 +22,17 @@ on each labelled set the models did not train on:
   their articles were, since the split is by question): in domain;
 * ``nq_ood`` (both): the dev split of the bundled NQ-open sample (``--nq``), mined here with each
   question's top 10 BM25 hits kept and labelled by answer containment (answer task), its gold
-  passages' sentences labelled by answer containment (extractor task). Neither model saw NQ;
-* ``nq_answerability`` (answer classifier): SQuAD-2.0-style, from every NQ-open question: its gold
-  passage (label 1 where it holds a gold answer) against hard negatives that only the answer
+  passages' sentences labelled by answer containment (extractor task). Held-out questions of a
+  source the quickstart evaluator trains on (its train split), and a recipe that mixes NQ-open in;
+* ``nq_answerability`` (answer classifier): SQuAD-2.0-style, from the same NQ-open dev questions: its
+  gold passage (label 1 where it holds a gold answer) against hard negatives that only the answer
   separates (``data_prep build --hard-negatives all``, :mod:`data_prep.tasks.answerability`: the
   passage with its answer sentences removed, the passage with its answer swapped for a wrong one of
   the same type, the question with its key entity swapped for one the passage lacks), one of each
   kind a question; questions that got none are left out;
+* ``msmarco_ood`` (answer classifier): MS MARCO passages (web pages, which no recipe trains on): the
+  passage MS MARCO's annotators selected as holding the answer against the non-selected ones the
+  bundled files pair it with (the triples sample's BM25 negative, FlagEmbedding's mined negatives);
 * ``scifact_rationales`` (extractor): SciFact's rationale sentences when ``--scifact`` (BEIR
   layout) holds sentence labels; the BEIR layout has none (corpus, queries, qrels), so the JSON says
   ``{"available": false, "why": ...}`` and nothing is invented.
@@ -49,6 +53,9 @@ on ``p@1`` and ``r@3`` on every extractor set; each failed target listed by set.
 out of the targets (and says why) when more than half its questions are in the model's training
 files; ``evaluator_trained_queries`` counts those of the evaluator's (the quickstart evaluator
 trained on NQ-open's train split, so NQ is not out of domain for that baseline).
+
+``--record`` writes each model's figures into its export (``metrics.held_out`` of the manifest
+and the model card's ``Held-out figures``; the weights are not touched).
 
 The training time of each quickstart is read from its manifest (``training.train_runtime``).
 ``--int8`` also scores every set with the opt-in int8 mode (``quantize="int8"``) and reports its
@@ -79,6 +86,9 @@ from paired_bootstrap import auc_metric, mean_metric, paired_bootstrap, query_ro
 
 ROOT = Path(__file__).resolve().parents[1]
 NQ = ROOT / "data" / "sample" / "nq_open" / "nq-open-oracle.jsonl.gz"
+#: MS MARCO passage data (web pages, a source neither quickstart trains on): (format, file)
+MSMARCO = (("msmarco-triples", ROOT / "data" / "sample" / "msmarco" / "triples.train.small.sample.tsv"),
+           ("flagembedding", ROOT / "data" / "sample" / "flagembedding" / "msmarco.jsonl"))
 SCIFACT = ROOT.parent / "shared" / "data" / "scifact"
 logger = logging.getLogger("bench_models")
 
@@ -172,12 +182,18 @@ def nq_ood(work: Path, nq: Path = NQ) -> Path:
     return built
 
 
-def answerability_set(work: Path, nq: Path = NQ, seed: int = 13) -> tuple[Path, dict]:
-    """The SQuAD-2.0-style answerability pairs of the NQ-open questions (built afresh each run, in
+#: the recipes' split seed: nq_answerability's questions are the dev split every NQ-open build of it holds out
+SPLIT_SEED = 13
+
+
+def answerability_set(work: Path, nq: Path = NQ) -> tuple[Path, dict]:
+    """The SQuAD-2.0-style answerability pairs of the NQ-open dev questions (built afresh each run, in
     seconds): each gold passage and its hard negatives (``data_prep build --hard-negatives all``,
-    one of each kind a question, every question in one split so the whole sample is the set).
-    Returns the pairs file, with only the questions that got a hard negative, and the build's
-    ``meta["hard_negatives"]`` counts."""
+    one of each kind a question). The questions are NQ-open's dev split (``dev_ratio`` 0.1, seed 13:
+    those of ``nq_ood``), which no quickstart trains on, the evaluator and a recipe that mixes NQ-open
+    in included; the span pool the swaps draw from is the whole sample's. Returns the pairs file,
+    with only the questions that got a hard negative, and the build's ``meta["hard_negatives"]``
+    counts."""
     from data_prep.build import BuildConfig, build
     from data_prep.io import read_records, write_jsonl
     from data_prep.readers import open_source
@@ -186,15 +202,48 @@ def answerability_set(work: Path, nq: Path = NQ, seed: int = 13) -> tuple[Path, 
     work.mkdir(parents=True, exist_ok=True)
     examples = work / "examples.jsonl"
     write_jsonl(examples, [ex for ex in open_source("nq-open", input=str(nq)).queries()])  # positives only
-    meta = build(BuildConfig(input=str(examples), output=str(work / "built"), tasks=("answer",), dev_ratio=0.0,
-                             seed=seed, hard_negatives=("removed", "swapped", "perturbed"), overwrite=True))
-    pairs = list(read_records(work / "built" / "answer" / "train.pairs.jsonl", LabelledPair))
+    meta = build(BuildConfig(input=str(examples), output=str(work / "built"), tasks=("answer",), dev_ratio=0.1,
+                             seed=SPLIT_SEED, hard_negatives=("removed", "swapped", "perturbed"), overwrite=True))
+    pairs = list(read_records(work / "built" / "answer" / "dev.pairs.jsonl", LabelledPair))
     with_negatives = {origin_of(p) for p in pairs if p.metadata.get("negative_kind")}
     kept = [p for p in pairs if origin_of(p) in with_negatives]
     out = work / "pairs.jsonl"
     write_jsonl(out, kept)
-    info = {"source": str(nq), "questions": len({origin_of(p) for p in pairs}), "questions_with_hard_negatives":
+    info = {"source": str(nq), "split": "dev (dev_ratio 0.1, seed 13)", "questions": len({origin_of(p) for p in pairs}), "questions_with_hard_negatives":
             len(with_negatives), **{k: meta["hard_negatives"][k] for k in ("kinds", "per_question", "made", "skipped")}}
+    return out, info
+
+
+def msmarco_set(work: Path, files=MSMARCO) -> tuple[Path, dict]:
+    """MS MARCO answer existence (web passages; no quickstart trains on MS MARCO): each query's
+    passage that the MS MARCO annotators selected as holding the answer (label 1) against the
+    non-selected passages its files pair it with (label 0): the triples sample's BM25-retrieved
+    negative, FlagEmbedding's mined negatives. Mojibake is repaired (``fix_mojibake``) for every
+    scorer alike; a query in both files is kept from the first. Returns the pairs file and counts."""
+    from data_prep.io import write_jsonl
+    from data_prep.readers import open_pairs
+    from data_prep.text import normalize_answer
+
+    work.mkdir(parents=True, exist_ok=True)
+    pairs, earlier, info = [], set(), {"files": {}, "queries_in_an_earlier_file": 0}
+    for fmt, path in files:
+        if not Path(path).is_file():
+            info["files"][str(path)] = "missing"
+            continue
+        options = {"fix_mojibake": True} if fmt == "msmarco-triples" else {}
+        mine, dropped = set(), set()
+        for p in open_pairs(fmt, input=str(path), **options):
+            key = normalize_answer(p.query)
+            if key in earlier:
+                dropped.add(key)
+                continue
+            mine.add(key)
+            pairs.append(p)
+        earlier |= mine
+        info["files"][str(path)] = {"format": fmt, "queries": len(mine)}
+        info["queries_in_an_earlier_file"] += len(dropped)
+    out = work / "pairs.jsonl"
+    write_jsonl(out, pairs)
     return out, info
 
 
@@ -443,6 +492,8 @@ def summary(result: dict) -> dict:
     """One row per model, set, metric and baseline (margin, interval, ahead), and the targets."""
     rows, targets = [], {}
     for task, (metrics, needed) in TARGETS.items():
+        if task not in result:  # not scored this run (--tasks)
+            continue
         failed: dict[str, list[str]] = {}
         checked, left_out = [], {}
         for name, r in result.get(task, {}).items():
@@ -492,13 +543,53 @@ def markdown(result: dict) -> str:
             lines.append(f"| {name} | {kind} | {k['n']} | {cells} |")
     lines.append("")
     t = result["summary"]["targets"]
-    for task in TARGETS:
+    for task in (k for k in TARGETS if k in t):
         fails = "; ".join(f"{s}: {', '.join(v)}" for s, v in t[task]["failed"].items()) or "none"
         lines.append(f"- **{task}** target ({t[task]['rule']}): {'met' if t[task]['met'] else 'not met'}; failed: {fails}")
     return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------------------------
+
+
+def _margin_text(v: dict) -> str:
+    return f"{v['margin']:+.1f} [{v['ci95'][0]:+.1f}, {v['ci95'][1]:+.1f}]"
+
+
+def held_out_figures(task: str, result: dict) -> dict:
+    """``metrics.held_out`` for ``task``'s export: per set the model's headline figures, each target
+    baseline's, and the margins with their intervals as text ("+2.7 [+1.3, +4.2]", points)."""
+    import datetime
+
+    metrics, needed = TARGETS[task]
+    sets, notes = {}, {}
+    for name, r in result[task].items():
+        if not isinstance(r, dict) or "margins" not in r or not r["margins"]:
+            continue
+        row: dict = {"n": r.get("n", r.get("passages")), "queries": r["queries"]}
+        per_metric = {"auc": r["margins"]} if task == "answer_classifier" else r["margins"]
+        for metric in metrics:
+            row[metric] = round(r["model"][metric], 4)
+            for base in needed:
+                if base in r["baselines"]:
+                    row[f"{base} {metric}"] = round(r["baselines"][base][metric], 4)
+            for base in needed:
+                if base in per_metric.get(metric, {}):
+                    row[f"{metric} vs {base}"] = _margin_text(per_metric[metric][base])
+        sets[name] = row
+        if r.get("excluded_from_targets"):
+            notes[name] = r["excluded_from_targets"]
+    t = result["summary"]["targets"][task]
+    return {
+        "about": (f"scripts/bench_models.py on {datetime.date.today().isoformat()} (`{result['command']}`): "
+                  f"labelled sets the export did not train on (dev: held-out questions of its training articles), "
+                  f"each scored by the export and by {', '.join(needed)} on the same rows; margins in points, with "
+                  f"the 95% paired bootstrap interval over questions ({result['options']['resamples']} draws). Target: "
+                  f"{t['rule']}: {'met' if t['met'] else 'not met'}"
+                  + ("" if t["met"] else "; failed: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in t["failed"].items()))
+                  + ". Why, per set: docs/benchmarks.md."),
+        "sets": sets, **({"excluded": notes} if notes else {}),
+    }
 
 
 def training_time(model) -> dict:
@@ -519,10 +610,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scifact", default=str(SCIFACT), help="SciFact (BEIR layout), checked for rationale sentence labels")
     ap.add_argument("--max-queries", type=int, default=None, help="cap each set at this many questions")
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap draws of each margin's interval")
-    ap.add_argument("--seed", type=int, default=13, help="seed of the bootstrap draws and the answerability negatives")
+    ap.add_argument("--seed", type=int, default=13, help="seed of the bootstrap draws")
     ap.add_argument("--int8", action="store_true", help="also score with the opt-in int8 mode (quantize='int8')")
+    ap.add_argument("--tasks", default="answer_classifier,extractor",
+                    help="the models to score, comma-separated (answer_classifier, extractor)")
+    ap.add_argument("--record", action="store_true", help="also write each model's figures into its export: "
+                    "metrics.held_out of its manifest and the Held-out figures of its model card")
     ap.add_argument("--json", required=True)
     args = ap.parse_args(argv)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if not tasks or set(tasks) - set(TARGETS):
+        ap.error(f"--tasks takes {', '.join(TARGETS)}, got {args.tasks!r}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -530,10 +628,10 @@ def main(argv: list[str] | None = None) -> int:
     import inference
 
     t_start = time.perf_counter()
-    ans = inference.load(args.answer_model, task="answer_classifier", device="cpu")
-    ext = inference.load(args.extractor_model, task="extractor", device="cpu")
-    ans8 = inference.load(args.answer_model, device="cpu", quantize="int8") if args.int8 else None
-    ext8 = inference.load(args.extractor_model, device="cpu", quantize="int8") if args.int8 else None
+    ans = inference.load(args.answer_model, task="answer_classifier", device="cpu") if "answer_classifier" in tasks else None
+    ext = inference.load(args.extractor_model, task="extractor", device="cpu") if "extractor" in tasks else None
+    ans8 = inference.load(args.answer_model, device="cpu", quantize="int8") if args.int8 and ans else None
+    ext8 = inference.load(args.extractor_model, device="cpu", quantize="int8") if args.int8 and ext else None
     evaluator, evaluator_info = None, {"export": None, "why": "--evaluator-model none"}
     if args.evaluator_model.lower() != "none":
         if Path(args.evaluator_model).exists():
@@ -545,9 +643,11 @@ def main(argv: list[str] | None = None) -> int:
     cosine = Cosine()
     work = ROOT / args.work
     ood = nq_ood(work, Path(args.nq))
-    answerability, answerability_info = answerability_set(work / "answerability", Path(args.nq), args.seed)
+    answerability, answerability_info = answerability_set(work / "answerability", Path(args.nq))
+    msmarco, msmarco_info = msmarco_set(work / "msmarco")
     dataset = ROOT / args.dataset
-    seen = {"model": {"answer_classifier": training_queries_of(ans), "extractor": training_queries_of(ext)},
+    seen = {"model": {"answer_classifier": training_queries_of(ans) if ans else set(),
+                      "extractor": training_queries_of(ext) if ext else set()},
             "evaluator": training_queries_of(evaluator) if evaluator is not None else set()}
     result: dict = {
         "command": " ".join([Path(sys.argv[0]).name, *(sys.argv[1:] if argv is None else argv)]),
@@ -555,14 +655,17 @@ def main(argv: list[str] | None = None) -> int:
                     "threads": torch.get_num_threads()},
         "options": {"max_queries": args.max_queries, "resamples": args.resamples, "seed": args.seed,
                     "margin_unit": "points (x100)", "evaluator": evaluator_info},
-        "answer_classifier": {"export": args.answer_model, "training": training_time(ans)},
-        "extractor": {"export": args.extractor_model, "training": training_time(ext)},
     }
+    for task, model, export in (("answer_classifier", ans, args.answer_model), ("extractor", ext, args.extractor_model)):
+        if model is not None:
+            result[task] = {"export": export, "training": training_time(model)}
     answer_sets = (("dev", dataset / "answer" / "dev.pairs.jsonl"), ("nq_ood", ood / "answer" / "dev.pairs.jsonl"),
-                   ("nq_answerability", answerability))
+                   ("nq_answerability", answerability), ("msmarco_ood", msmarco))
     extractor_sets = (("dev", dataset / "extractor" / "dev.pairs.jsonl"), ("nq_ood", ood / "extractor" / "dev.pairs.jsonl"))
     for task, model, q8, bench, sets in (("answer_classifier", ans, ans8, bench_answer, answer_sets),
                                          ("extractor", ext, ext8, bench_extractor, extractor_sets)):
+        if model is None:
+            continue
         for name, path in sets:
             pairs = load_pairs(path, args.max_queries)
             logger.info("%s on %s: %d pairs", task, name, len(pairs))
@@ -575,6 +678,8 @@ def main(argv: list[str] | None = None) -> int:
                                               "model's training files")
             if name == "nq_answerability":
                 r["about"] = answerability_info
+            if name == "msmarco_ood":
+                r["about"] = msmarco_info
             if "margins" not in r:
                 r["excluded_from_targets"] = r.get("skipped", "nothing to score")
             result[task][name] = r
@@ -582,13 +687,22 @@ def main(argv: list[str] | None = None) -> int:
                                                       if k in ("auc", "p@1", "r@3")},
                         {b: {k: round(v, 4) for k, v in f.items() if k in ("auc", "p@1", "r@3") and v is not None}
                          for b, f in r.get("baselines", {}).items()})
-    result["extractor"]["scifact_rationales"] = scifact_rationales(Path(args.scifact))
+    if ext is not None:
+        result["extractor"]["scifact_rationales"] = scifact_rationales(Path(args.scifact))
     result["runtime_s"] = round(time.perf_counter() - t_start, 1)
     result["summary"] = summary(result)
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(markdown(result))
+    if args.record:
+        from training.export import record_held_out
+
+        for task, export in (("answer_classifier", args.answer_model), ("extractor", args.extractor_model)):
+            if task not in tasks:
+                continue
+            path = record_held_out(export, held_out_figures(task, result))
+            logger.info("%s: held-out figures recorded in %s and its model card", task, path)
     return 0
 
 

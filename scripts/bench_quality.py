@@ -621,14 +621,9 @@ def record(export_dir: str, result: dict) -> None:
     """``metrics.held_out`` of the export's manifest and the ``Held-out figures`` of its model card
     (each file written whole, then renamed over the old one)."""
     import datetime
-    import os
-    import tempfile
 
-    from inference.loading import read_export
-    from training.export import model_card
+    from training.export import record_held_out
 
-    ex = read_export(export_dir)
-    m = ex.manifest
     sets = {name: {"n": r["n"], "queries": r["queries"], "auc": r["auc"], "bm25_auc": r["baselines"]["bm25"]["auc"],
                    "minilm_cosine_auc": r["baselines"]["minilm_cosine"]["auc"], "mrr": r["mrr"],
                    "accuracy_at_theta_high": r["accuracy_at_theta_high"],
@@ -641,7 +636,7 @@ def record(export_dir: str, result: dict) -> None:
                        "minilm_cosine_decision_auc": r["baselines"]["minilm_cosine"]["decision_auc"]}
                       if r.get("decision") else {})}
             for name, r in result["sets"].items()}
-    m.metrics["held_out"] = {
+    path = record_held_out(export_dir, {
         "about": (f"scripts/bench_quality.py on {datetime.date.today().isoformat()}: sets the export did not train on, "
                   "against zero-shot BM25 and the MiniLM cosine on the same pairs (`" + result["command"] + "`)"
                   + ("; auc is the export's corpus mode with each set's passages as the corpus, auc_without_corpus "
@@ -649,13 +644,8 @@ def record(export_dir: str, result: dict) -> None:
                   + "; margin_points: auc over the closer baseline's, in points, with its 95% paired bootstrap interval "
                     "over queries (margin_ci95_low, margin_ci95_high)"),
         "sets": sets, "excluded": {k: v["reason"] for k, v in result["excluded"].items()},
-    }
-    with tempfile.TemporaryDirectory(dir=ex.path) as tmp:
-        m.write(tmp)
-        (Path(tmp) / "README.md").write_text(model_card(m), encoding="utf-8")
-        os.replace(Path(tmp) / m.file_name, ex.manifest_path)
-        os.replace(Path(tmp) / "README.md", ex.path / "README.md")
-    logger.info("held-out figures recorded in %s and its model card", ex.manifest_path)
+    })
+    logger.info("held-out figures recorded in %s and its model card", path)
 
 
 if __name__ == "__main__":

@@ -51,11 +51,11 @@ def test_bench_models_report(tmp_path, tiny_bert, bench, capsys):
     assert bench.main(["--answer-model", str(ans), "--extractor-model", str(ext), "--evaluator-model", str(eva),
                        "--dataset", str(dataset), "--work", str(work), "--nq", str(nq),
                        "--scifact", str(ROOT / "tests" / "fixtures" / "beir" / "scifact"),
-                       "--max-queries", "8", "--resamples", "100", "--json", str(out)]) == 0
+                       "--max-queries", "8", "--resamples", "100", "--json", str(out), "--record"]) == 0
     res = json.loads(out.read_text())
     assert list(res)[-1] == "summary"
     a, e = res["answer_classifier"], res["extractor"]
-    for name in ("dev", "nq_ood", "nq_answerability"):
+    for name in ("dev", "nq_ood", "nq_answerability", "msmarco_ood"):
         r = a[name]
         assert 0 < r["queries"] <= 8 and set(r["baselines"]) == {"evaluator", "bm25_pair", "minilm_cosine"}, name
         m = r["margins"]
@@ -71,7 +71,12 @@ def test_bench_models_report(tmp_path, tiny_bert, bench, capsys):
         assert k["n"] > 0 and set(k["auc"]) == {"model", "evaluator", "bm25_pair", "minilm_cosine"}
         assert not k["margins"] or k["margins"]["evaluator"]["margin"] == 0.0
     about = a["nq_answerability"]["about"]
-    assert about["questions"] == 80 and 0 < about["questions_with_hard_negatives"] <= 80
+    # NQ-open's dev split only (the questions every recipe's NQ build holds out), as nq_ood's
+    assert 0 < about["questions_with_hard_negatives"] <= about["questions"] < 30
+    assert {p.query_id for p in bench.load_pairs(work / "answerability" / "pairs.jsonl", None)
+            if not p.metadata.get("origin_query_id")} <= {p.query_id for p in bench.load_pairs(dataset / "answer" / "dev.pairs.jsonl", None)}
+    ms = a["msmarco_ood"]["about"]["files"]
+    assert [v["queries"] for v in ms.values()] == [100, 10] and a["msmarco_ood"]["positives"] == 8
     assert {p.metadata.get("negative_kind") for p in bench.load_pairs(work / "answerability" / "pairs.jsonl", None)} \
         >= {None, "answer-removed", "answer-swapped"}
     for name in ("dev", "nq_ood"):
@@ -83,13 +88,27 @@ def test_bench_models_report(tmp_path, tiny_bert, bench, capsys):
                 assert m[b] == {"margin": 0.0, "ci95": [0.0, 0.0], "ahead": False}, (name, metric, b)
     assert e["scifact_rationales"]["available"] is False and "rationale" in e["scifact_rationales"]["why"]
     s = res["summary"]
-    assert len(s["rows"]) == 3 * 3 + 2 * 2 * 5
+    assert len(s["rows"]) == 4 * 3 + 2 * 2 * 5
     assert all(set(r) == {"model", "set", "metric", "baseline", "margin", "ci95", "ahead"} for r in s["rows"])
     t = s["targets"]
-    assert t["met"] is False and t["answer_classifier"]["sets"] == ["dev", "nq_ood", "nq_answerability"]
-    assert all("evaluator auc" in t["answer_classifier"]["failed"][name] for name in ("dev", "nq_ood", "nq_answerability"))
+    assert t["met"] is False and t["answer_classifier"]["sets"] == ["dev", "nq_ood", "nq_answerability", "msmarco_ood"]
+    assert all("evaluator auc" in t["answer_classifier"]["failed"][name]
+               for name in ("dev", "nq_ood", "nq_answerability", "msmarco_ood"))
     assert t["extractor"]["met"] == (not t["extractor"]["failed"]) and t["extractor"]["sets"] == ["dev", "nq_ood"]
     printed = capsys.readouterr().out
     assert "| model | set | metric | baseline | margin | 95% CI | ahead |" in printed
     assert "| answer_classifier | nq_answerability | auc | evaluator | +0.00 | [+0.00, +0.00] | no |" in printed
     assert "answer-swapped" in printed and "**answer_classifier** target" in printed
+
+    # --record: each export's manifest and model card hold its figures, and the export still loads
+    import inference
+
+    for task, export, names in (("answer_classifier", ans, ["dev", "nq_ood", "nq_answerability", "msmarco_ood"]),
+                                ("extractor", ext, ["dev", "nq_ood"])):
+        held = inference.load(export, task=task).manifest.metrics["held_out"]
+        assert list(held["sets"]) == names and "not met" in held["about"]
+        card = (export / "README.md").read_text()
+        assert "## Held-out figures" in card
+    held = inference.load(ans, task="answer_classifier").manifest.metrics["held_out"]["sets"]["nq_answerability"]
+    assert held["auc vs evaluator"] == "+0.0 [+0.0, +0.0]" and held["auc"] == 0.5
+    assert "| nq_answerability | " in (ans / "README.md").read_text()

@@ -100,7 +100,7 @@ def model_card(m: Manifest) -> str:
     if held_out:
         sets = held_out.get("sets") or {}
         keys = list(dict.fromkeys(k for vals in sets.values() for k, v in vals.items()
-                                  if isinstance(v, (int, float)) and not isinstance(v, bool)))
+                                  if isinstance(v, (int, float, str)) and not isinstance(v, bool)))
         lines = ["", "## Held-out figures", "", held_out.get("about", ""), "", "| set | " + " | ".join(keys) + " |",
                  "|---" * (len(keys) + 1) + "|"]
         lines += [f"| {name} | " + " | ".join(_fmt(vals.get(k, "")) for k in keys) + " |" for name, vals in sets.items()]
@@ -137,6 +137,26 @@ def model_card(m: Manifest) -> str:
         "version": m.package.get("version"), "commit": m.package.get("git_commit"),
     }
     return Template(CARD_TEMPLATE.read_text(encoding="utf-8")).substitute(fields)
+
+
+def record_held_out(export_dir: str | os.PathLike, held_out: dict[str, Any]) -> Path:
+    """Write ``held_out`` (``{"about": str, "sets": {set: {figure: number or text}}, ...}``, a
+    benchmark's figures on data the export did not train on) as ``metrics.held_out`` of the export's
+    manifest and the ``Held-out figures`` of its model card. Each file is written whole, then renamed
+    over the old one; the weights are not touched. Returns the manifest's path."""
+    import tempfile
+
+    from inference.loading import read_export
+
+    ex = read_export(export_dir)
+    m = ex.manifest
+    m.metrics["held_out"] = held_out
+    with tempfile.TemporaryDirectory(dir=ex.path) as tmp:
+        m.write(tmp)
+        (Path(tmp) / "README.md").write_text(model_card(m), encoding="utf-8")
+        os.replace(Path(tmp) / m.file_name, ex.manifest_path)
+        os.replace(Path(tmp) / "README.md", ex.path / "README.md")
+    return ex.manifest_path
 
 
 def save_model_weights(model, tokenizer, out: Path, merge_lora: bool = True) -> dict[str, Any]:
