@@ -44,10 +44,12 @@ LAUNCH := $(VENV)/bin/accelerate launch --num_processes 1 --num_machines 1 --mix
 quickstart: $(STAMP)
 	$(LAUNCH) training/train_evaluator.py
 
-## The two other models on the bundled SQuAD sample: the key-sentence extractor
-## (outputs/extractor-quickstart/), then the answer-existence classifier, warm-started from it
-## (outputs/answer-classifier-quickstart/).
+## The two other models on the bundled SQuAD and NQ-open samples: the key-sentence extractor
+## (outputs/extractor-quickstart/), then the answer-existence classifier, warm-started from the
+## evaluator export of `make quickstart` (outputs/answer-classifier-quickstart/).
 quickstart-models: $(STAMP)
+	@test -f outputs/evaluator-quickstart/model.safetensors || echo "note: no evaluator export ('make quickstart' first):" \
+		"the answer classifier starts from the plain MiniLM-L6 weights"
 	$(LAUNCH) training/train_extractor.py
 	$(LAUNCH) training/train_answer_classifier.py
 

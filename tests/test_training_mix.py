@@ -146,6 +146,21 @@ def test_dev_ratio_holds_out_whole_queries(sources, tmp_path):
     assert {p.query_id for p in m2.sources[1].dev_pairs} == dev_q
 
 
+def test_dev_ratio_on_a_dataset_dir_leaves_its_dev_split_untouched(sources, tmp_path):
+    """A built dataset's dev split can be kept as a test set: dev_ratio holds dev out of its train split."""
+    m = load_mix(mix_cfg("m", tmp_path, [{"name": "built", "dataset_dir": sources["built"], "dev_ratio": 0.3}],
+                         loss="soft-bce"))
+    src = m.sources[0]
+    folder = Path(sources["built"]) / "evaluator"
+    train_q = {p.query_id for p in read_records(folder / "train.pairs.jsonl", LabelledPair)}
+    test_q = {p.query_id for p in read_records(folder / "dev.pairs.jsonl", LabelledPair)}
+    dev_q = {p.query_id for p in src.dev_pairs}
+    assert dev_q == {q for q in train_q if held_out(q, 0.3)} and dev_q and src.held_out_queries == len(dev_q)
+    assert not dev_q & {p.query_id for p in src.examples} and src.dev_file is None
+    # the dataset's own dev split is neither trained on nor used as dev
+    assert not test_q & ({p.query_id for p in m.examples} | {p.query_id for p in m.dev_pairs})
+
+
 # --------------------------------------------------------------------------------------------
 # training on a mix
 
@@ -271,7 +286,6 @@ GOOD = {"name": "a", "file": "a.jsonl", "dev_file": "a.dev.jsonl"}
     ([{"name": "a", "file": "a.jsonl", "dev_ratio": 1.0}], {}, "source 'a': dev_ratio must be in \\(0, 1\\), got 1.0"),
     ([{"name": "a", "file": "a.jsonl", "dev_ratio": 0}], {}, "source 'a': dev_ratio must be in \\(0, 1\\), got 0"),
     ([{**GOOD, "dev_ratio": 0.2}], {}, "source 'a' has both dev_file and dev_ratio"),
-    ([{"name": "a", "dataset_dir": "d", "dev_ratio": 0.2}], {}, "source 'a': dev_ratio is for a file without a dev split"),
     ([{**GOOD, "max_examples": 0}], {}, "source 'a': max_examples must be an integer >= 1"),
     ([{"name": "a", "file": "a.jsonl"}], {}, "no source has dev pairs"),
     ([GOOD], {"train_file": "t.jsonl"}, "cannot be combined with train_file"),

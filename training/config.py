@@ -74,7 +74,7 @@ class TrainConfig:
     max_train_examples: int | None = opt(None, "Cap on training examples (after shuffling with the seed).")
     max_dev_examples: int | None = opt(None, "Cap on dev pairs for the periodic evaluation during training (whole queries are kept).")
     max_calibration_examples: int | None = opt(None, "Cap on dev pairs for the final calibration, thresholds and the dev metrics in the manifest (whole queries are kept). Default: the whole dev split, since a small split makes the thresholds noisy.")
-    train_mix: list[dict[str, Any]] = opt([], "Train on a weighted mix of sources instead of train_file/dataset_dir: a list of {name, file | dataset_dir, weight, dev_file, dev_ratio, max_examples}. file: LabelledPair JSONL (pointwise losses) or QueryExample groups JSONL (group-ce); dataset_dir: a built dataset (its task folder's train.pairs.jsonl / train.groups.jsonl and dev.pairs.jsonl). weight (default 1, > 0): the source's share of the training stream after normalising the weights. Dev pairs: dev_file, else the dataset_dir's dev split, else dev_ratio (hold out that share of the source's queries by a hash of query_id: no query in both train and dev); the sources' dev pairs are pooled for evaluation, calibration and the decision, and the manifest adds dev metrics per source. max_examples caps a source (seeded) before mixing. Mixing: source i gives round(mix_size * weight_i / sum of weights) examples, sampled without replacement when it has enough, else all of them repeated as needed plus a seeded sample of the rest (upsampling); the mix is shuffled with seed.")
+    train_mix: list[dict[str, Any]] = opt([], "Train on a weighted mix of sources instead of train_file/dataset_dir: a list of {name, file | dataset_dir, weight, dev_file, dev_ratio, max_examples}. file: LabelledPair JSONL (pointwise losses) or QueryExample groups JSONL (group-ce); dataset_dir: a built dataset (its task folder's train.pairs.jsonl / train.groups.jsonl and dev.pairs.jsonl). weight (default 1, > 0): the source's share of the training stream after normalising the weights. Dev pairs: dev_file, else dev_ratio (hold out that share of the source's training queries by a hash of query_id: no query in both train and dev; with a dataset_dir, its dev split is then left untouched, e.g. kept as a test set), else the dataset_dir's dev split; the sources' dev pairs are pooled for evaluation, calibration and the decision, and the manifest adds dev metrics per source. max_examples caps a source (seeded) before mixing. Mixing: source i gives round(mix_size * weight_i / sum of weights) examples, sampled without replacement when it has enough, else all of them repeated as needed plus a seeded sample of the rest (upsampling); the mix is shuffled with seed.")
     mix_size: int | None = opt(None, "train_mix: examples (pairs, or groups for group-ce) in the mixed training set. Default: the sum of the sources' sizes after their dev hold-out and max_examples caps.")
 
     # --- loss --------------------------------------------------------------------------
@@ -262,9 +262,6 @@ def check_mix(bad, cfg: TrainConfig) -> None:
                 fail(f"{what}: dev_ratio must be in (0, 1), got {r!r}")
             if "dev_file" in src:
                 fail(f"{what} has both dev_file and dev_ratio; give one")
-            if "dataset_dir" in src:
-                fail(f"{what}: dev_ratio is for a file without a dev split; a dataset_dir brings its dev.pairs.jsonl "
-                     "(to split its training file instead, give it as file: DIR/<task>/train.pairs.jsonl)")
         if "prepare" in src:
             if "dataset_dir" not in src:
                 fail(f"{what}: prepare builds a dataset_dir; this source has none")
